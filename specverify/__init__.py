@@ -1,0 +1,14 @@
+"""specverify: prove a speculative-decoding implementation exact, or show where it is wrong.
+
+Subpackages, one concern each:
+
+- ``specverify.reference`` (folder ``reference/``): the float64 NumPy oracle of the exact rules.
+- ``specverify.stats``: goodness-of-fit statistics, power, family-wise control.
+- ``specverify.checks``: the audit battery, one module a check.
+- ``specverify.adapters``: the engines that can be audited (ours, other engines, plug-ins, mutants).
+- ``specverify.kernels`` (folder ``kernels/``): batch-invariant Triton kernels and op backends.
+- ``specverify.engine``: our speculative engine.
+- ``specverify.reports``: report generation.
+"""
+
+__version__ = "0.1.0"
