@@ -1,0 +1,36 @@
+"""Goodness-of-fit statistics, power and family-wise control for the audit (numpy + scipy only).
+
+- `pearson`, `gtest`: chi-squared tests of counts against exact null probabilities, with documented
+  cell pooling and a seeded Monte-Carlo fallback (chisquare.py); `observed_counts` tallies coded samples.
+- `min_detectable_w`, `min_detectable_tv`, `power_at`: what a test of n samples is sure to catch (power.py).
+- `holm`: Holm's step-down family-wise control over several tests (holm.py).
+- `binomial_test`: exact two-sided binomial test, e.g. acceptance rate vs 1 - TV(p, q) (binomial.py).
+
+Every function returns a frozen result object with `to_dict()`; nothing prints. Bad input raises
+`specverify.errors.InputError`; an observation the null forbids raises `ImpossibleObservation`.
+"""
+
+from .binomial import binomial_test
+from .chisquare import DEFAULT_MC_SAMPLES, gtest, observed_counts, pearson, pool_cells
+from .errors import ImpossibleObservation
+from .holm import holm
+from .power import min_detectable_tv, min_detectable_w, noncentrality_needed, power_at
+from .results import BinomialResult, GofResult, HolmResult
+
+__all__ = [
+    "BinomialResult",
+    "DEFAULT_MC_SAMPLES",
+    "GofResult",
+    "HolmResult",
+    "ImpossibleObservation",
+    "binomial_test",
+    "gtest",
+    "holm",
+    "min_detectable_tv",
+    "min_detectable_w",
+    "noncentrality_needed",
+    "observed_counts",
+    "pearson",
+    "pool_cells",
+    "power_at",
+]

@@ -1,0 +1,124 @@
+"""Result objects of the statistics (scipy.stats style): frozen dataclasses, no printing.
+
+Every result has `to_dict()`, which returns plain Python ints, floats, strings, bools and lists, safe for
+`json.dumps(..., allow_nan=False)`: a non-finite float (the NaN power of a vacuous test, an infinite
+minimum detectable difference) becomes None.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+
+def _json_safe(value):
+    """Convert a field value to JSON-safe Python objects (non-finite floats become None)."""
+    if isinstance(value, np.ndarray):
+        return [_json_safe(v) for v in value.tolist()]
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    return value
+
+
+def _frozen_array(values, dtype) -> np.ndarray:
+    array = np.array(values, dtype=dtype)
+    array.flags.writeable = False
+    return array
+
+
+class _ToDict:
+    def to_dict(self) -> dict:
+        """The fields as JSON-safe Python objects (arrays become lists, NaN/inf become None)."""
+        return {f.name: _json_safe(getattr(self, f.name)) for f in fields(self)}
+
+
+@dataclass(frozen=True, eq=False)
+class GofResult(_ToDict):
+    """A goodness-of-fit test of observed counts against exact null probabilities.
+
+    statistic        Pearson X^2 or the likelihood-ratio G, on the `cells` cells actually tested.
+    p_value          P(statistic >= observed | null); under the null, P(p_value <= a) <= a (up to the
+                     asymptotic approximation when p_value_method == "asymptotic").
+    dof              cells - 1 (0 for a vacuous test).
+    n                sample size (sum of the counts).
+    method           "pearson" or "gtest".
+    p_value_method   "asymptotic" (chi2(dof) on merged cells) or "monte-carlo" (seeded multinomial
+                     resampling on the unmerged cells).
+    cells            number of cells tested (after merging for the asymptotic path; the cells with
+                     positive probability for the Monte-Carlo path).
+    alpha, power     the level and the target power the detectable effect sizes are stated at.
+    min_detectable_w   smallest Cohen's w = sqrt(sum (p1-p0)^2/p0) over the tested cells that the
+                     asymptotic test at level alpha rejects with probability >= power (NaN if vacuous).
+    min_detectable_tv  min_detectable_w / 2: every alternative whose total variation from the null, seen
+                     on the tested cells, is at least this is rejected with probability >= power
+                     (asymptotically). Values >= 1 mean no alternative is guaranteed to be caught.
+    residuals        (O - E) / sqrt(E) per tested cell.
+    observed, expected   the tested cells' observed and expected counts (sum of each pool).
+    pools            for each tested cell, the original cell indices it pools (ascending); tested cells
+                     are ordered by their smallest original index.
+    note             "" normally; otherwise why the Monte-Carlo path was taken or why the test is vacuous.
+    """
+
+    statistic: float
+    p_value: float
+    dof: int
+    n: int
+    method: str
+    p_value_method: str
+    cells: int
+    alpha: float
+    power: float
+    min_detectable_tv: float
+    min_detectable_w: float
+    residuals: np.ndarray
+    observed: np.ndarray
+    expected: np.ndarray
+    pools: tuple
+    note: str = ""
+
+
+@dataclass(frozen=True, eq=False)
+class HolmResult(_ToDict):
+    """Holm's step-down procedure over a family of p-values (strong family-wise error control).
+
+    rejected     bool array, in the input order: the hypotheses rejected at family-wise level alpha.
+    adjusted_p   Holm-adjusted p-values in the input order (monotone in the sorted order, capped at 1);
+                 rejected == (adjusted_p <= alpha).
+    alpha        the family-wise level: P(any true null rejected) <= alpha, for any dependence.
+    """
+
+    rejected: np.ndarray
+    adjusted_p: np.ndarray
+    alpha: float
+
+
+@dataclass(frozen=True, eq=False)
+class BinomialResult(_ToDict):
+    """An exact two-sided binomial test of a success rate against p0.
+
+    statistic            the observed rate successes / n.
+    p_value              exact two-sided p-value (scipy.stats.binomtest, likelihood-ordering method).
+    n, successes, p0     the data and the null rate.
+    alpha, power         the level and target power `min_detectable_diff` is stated at.
+    min_detectable_diff  smallest |rate - p0| that the test at level alpha rejects with probability
+                         >= power in both directions (inf if some feasible direction is never reached;
+                         a direction with no room, such as upward from p0 = 1, is ignored).
+    """
+
+    statistic: float
+    p_value: float
+    n: int
+    successes: int
+    p0: float
+    alpha: float
+    power: float
+    min_detectable_diff: float
