@@ -63,7 +63,7 @@ class TypicalRule:
 
     def cutoff(self, p: np.ndarray) -> float:
         nz = p[p > 0]
-        entropy = float(-(nz * np.log(nz)).sum())
+        entropy = float(-np.cumsum(nz * np.log(nz))[-1])
         return min(self.epsilon, self.delta * float(np.exp(-entropy)))
 
     def accept_prob(self, p, q, x: int) -> float:

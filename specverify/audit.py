@@ -1,0 +1,88 @@
+"""Run a battery of checks against one engine and combine the verdicts.
+
+Family-wise control: every statistical row of the audit is one hypothesis; Holm's step-down
+procedure at `ctx.alpha` decides which fail, so the probability that an exact engine fails any row
+is at most alpha. Each row's `min_detectable_tv` is the smallest total-variation deviation of its
+cells detected with probability >= ctx.power at the Bonferroni level alpha / m (m = the number of
+statistical rows), which Holm's first step uses and later steps only relax. Exact rows fail on
+their own.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from dataclasses import dataclass, field
+
+from specverify import __version__, stats
+from specverify.errors import AdapterError
+
+from .checks.base import ERROR, FAIL, PASS, SKIP, CheckResult, Context
+
+# the checks of the battery, in the order they run (module names under specverify.checks)
+BATTERY = ["marginal", "joint"]
+
+
+@dataclass
+class AuditResult:
+    engine: str
+    verdict: str
+    seed: int
+    alpha: float
+    samples: int
+    checks: list = field(default_factory=list)
+    engine_version: str | None = None
+    seconds: float = 0.0
+    errors: list = field(default_factory=list)
+
+    def failed(self) -> list[CheckResult]:
+        return [c for c in self.checks if c.verdict == FAIL]
+
+    def to_dict(self) -> dict:
+        return {
+            "engine": self.engine,
+            "engine_version": self.engine_version,
+            "verdict": self.verdict,
+            "seed": self.seed,
+            "alpha": self.alpha,
+            "samples": self.samples,
+            "specverify_version": __version__,
+            "seconds": round(self.seconds, 3),
+            "checks": [c.to_dict() for c in self.checks],
+            "errors": self.errors,
+        }
+
+
+def apply_holm(rows: list[CheckResult], ctx: Context) -> None:
+    """Decide the statistical rows by Holm at ctx.alpha and state each row's power."""
+    tested = [r for r in rows if r.statistical]
+    if not tested:
+        return
+    decision = stats.holm([r.p_value for r in tested], alpha=ctx.alpha)
+    level = ctx.alpha / len(tested)
+    for r, rejected, adj in zip(tested, decision.rejected, decision.adjusted_p):
+        r.verdict = FAIL if rejected else PASS
+        r.data["holm_adjusted_p"] = float(adj)
+        if r.dof and r.dof > 0 and r.n > 0:
+            r.min_detectable_tv = float(stats.min_detectable_tv(r.n, r.dof, level, ctx.power))
+
+
+def run_audit(engine, ctx: Context, checks: list[str] | None = None) -> AuditResult:
+    """Run the battery (or the named checks) against `engine`; never raises for a failing engine."""
+    start = time.perf_counter()
+    rows: list[CheckResult] = []
+    for name in checks or BATTERY:
+        module = importlib.import_module(f"specverify.checks.{name}")
+        ctx.say(f"check {name}")
+        rows.extend(module.run(engine, ctx))
+    apply_holm(rows, ctx)
+    verdict = FAIL if any(r.verdict in (FAIL, ERROR) for r in rows) else PASS
+    if not any(r.verdict in (PASS, FAIL) for r in rows):
+        raise AdapterError(f"engine {engine.name!r} supports none of the checks run (capabilities: "
+                           f"{sorted(getattr(engine, 'capabilities', ()))})")
+    return AuditResult(engine=engine.name, verdict=verdict, seed=ctx.seed, alpha=ctx.alpha, samples=ctx.samples,
+                       checks=rows, engine_version=getattr(engine, "version", None),
+                       seconds=time.perf_counter() - start)
+
+
+__all__ = ["AuditResult", "run_audit", "apply_holm", "Context", "PASS", "FAIL", "SKIP", "ERROR"]

@@ -1,0 +1,94 @@
+"""What every check returns, and the context it runs in.
+
+A check is a function `run(engine, ctx) -> list[CheckResult]`. Statistical rows carry the
+statistic, p-value, degrees of freedom and sample size; the audit applies Holm's step-down
+procedure over all statistical rows of one audit (family-wise false alarm <= ctx.alpha) and states,
+for each row, the smallest total-variation deviation it detects with probability >= 0.99 at the
+Bonferroni level alpha / m (conservative for Holm). Exact rows (an impossible token emitted, two
+runs that must be bitwise equal and are not) carry no p-value: their verdict is final.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+PASS, FAIL, SKIP, ERROR = "pass", "fail", "skip", "error"
+
+
+def _num(x):
+    if x is None:
+        return None
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    x = float(x)
+    return None if math.isnan(x) else x
+
+
+@dataclass
+class CheckResult:
+    name: str                       # "<rule>.<check>[<problem>]", e.g. "chain.marginal[dirichlet,pos=1]"
+    verdict: str                    # pass | fail | skip | error (after Holm for statistical rows)
+    statistic: float | None = None
+    p_value: float | None = None
+    dof: int | None = None
+    n: int = 0
+    min_detectable_tv: float | None = None
+    detail: str = ""                # one line for humans: what was seen
+    exact: bool = False             # verdict from an exact comparison, not a test
+    seconds: float = 0.0
+    data: dict = field(default_factory=dict)   # observed/expected cells etc., for reports
+
+    @property
+    def statistical(self) -> bool:
+        return not self.exact and self.p_value is not None and self.verdict in (PASS, FAIL)
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "verdict": self.verdict,
+            "statistic": _num(self.statistic),
+            "p_value": _num(self.p_value),
+            "dof": None if self.dof is None else int(self.dof),
+            "n": int(self.n),
+            "min_detectable_tv": _num(self.min_detectable_tv),
+            "exact": self.exact,
+            "detail": self.detail,
+            "seconds": round(self.seconds, 4),
+            "data": self.data,
+        }
+
+
+@dataclass
+class Context:
+    """Settings shared by the checks of one audit."""
+
+    seed: int = 0
+    samples: int = 200_000          # samples per statistical problem
+    alpha: float = 1e-3             # family-wise false-alarm rate of the whole audit
+    power: float = 0.99             # min_detectable_tv is stated at this power
+    timeout: float = 120.0          # seconds one adapter call may take
+    progress: object = None         # callable(str) or None
+
+    def rng(self, *key) -> np.random.Generator:
+        """A generator seeded by the audit seed and a per-check key (strings hashed stably)."""
+        words = [self.seed] + [int.from_bytes(hashlib.blake2b(str(k).encode(), digest_size=8).digest(), "little")
+                               for k in key]
+        return np.random.default_rng(words)
+
+    def say(self, msg: str) -> None:
+        if self.progress:
+            self.progress(msg)
+
+
+class Timer:
+    def __enter__(self):
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = time.perf_counter() - self.start
