@@ -16,6 +16,7 @@ Both are asymptotic statements; tests/test_stats.py checks them by simulation at
 
 from __future__ import annotations
 
+import functools
 import math
 
 from scipy import optimize, stats
@@ -68,6 +69,12 @@ def noncentrality_needed(dof, alpha=1e-3, power=0.99) -> float:
     """The noncentrality lambda* at which the chi2(dof) test at level alpha has exactly `power`
     (0.0 if power <= alpha: then every alternative is already detected often enough)."""
     _, dof, alpha, power = _check(1, dof, alpha, power)
+    return _noncentrality_needed(dof, alpha, power)
+
+
+@functools.lru_cache(maxsize=4096)
+def _noncentrality_needed(dof: int, alpha: float, power: float) -> float:
+    """Cached: every test of an audit asks for the same few (dof, alpha, power)."""
     if power <= alpha:
         return 0.0
     critical = _critical(dof, alpha)
