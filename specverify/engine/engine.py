@@ -1,0 +1,236 @@
+"""The engine loop: one target launch a step over the flattened ragged verify layout.
+
+    step():
+        admit waiting requests (prefix-cache hit -> fewer prompt tokens to prefill)
+        B = running requests; kappa = schedule(B)
+        k_b = 0 for a request still prefilling, else min(kappa, its kappa, tokens left - 1)
+        drafts_b, q_b = proposer.propose(requests with k_b > 0)      (<= k_b each; q None = one-hot)
+        new_b = its unfed tokens (the prompt, or the last emitted token) + drafts_b
+        logits = target.forward(build_step(new_b, n_logits_b = len(drafts_b) + 1))   # [sum, V]
+        per request: emitted, m = sample_request(its rows, drafts_b, q_b, params, rng)
+                     roll the KV back to the finalized tokens (old length + m)
+                     append emitted tokens one by one, stopping at EOS / stop token / stop
+                     string / max_tokens (the rest of an accepted run is discarded)
+                     commit the finalized full blocks to the prefix cache; free when finished
+
+Plain decode is kappa = 0: every request has 0 drafts and one logits row, through the same code.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specverify.errors import InputError
+
+from .kv_cache import SeqKV
+from .layout import build_step
+from .metrics import SpecMetrics
+from .sampler import sample_request
+from .scheduler import KappaSchedule, Scheduler
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0       # 0 = greedy
+    top_k: int = 0                 # 0 = off
+    top_p: float = 1.0             # 1 = off
+    seed: int | None = None        # the request's own generator; None: derived from the engine seed
+    max_tokens: int = 64
+    stop: tuple = ()               # stop strings (need a detokenizer)
+    stop_token_ids: tuple = ()
+    ignore_eos: bool = False
+    kappa: int | None = None       # cap on this request's drafts (None: the batch kappa)
+
+    def __post_init__(self):
+        if not (np.isfinite(self.temperature) and self.temperature >= 0):
+            raise InputError(f"temperature {self.temperature} must be a finite number >= 0")
+        if self.top_k < 0:
+            raise InputError(f"top_k {self.top_k} must be >= 0 (0 = off)")
+        if not 0 < self.top_p <= 1:
+            raise InputError(f"top_p {self.top_p} must be in (0, 1]")
+        if self.max_tokens < 1:
+            raise InputError(f"max_tokens {self.max_tokens} must be >= 1")
+        if self.kappa is not None and self.kappa < 0:
+            raise InputError(f"kappa {self.kappa} must be >= 0")
+
+
+@dataclass
+class Request:
+    id: int
+    prompt: list
+    params: SamplingParams
+    rng: np.random.Generator           # target coins
+    draft_rng: np.random.Generator     # draft sampling
+    tokens: list = field(default_factory=list)
+    kv: SeqKV = field(default_factory=SeqKV)
+    num_fed: int = 0                   # tokens whose K/V the target has (== kv.num_computed unless a mutant)
+    finished: bool = False
+    finish_reason: str | None = None
+    stop_text_end: int | None = None   # text length before the matched stop string
+    num_steps: int = 0
+
+    @property
+    def output(self) -> list:
+        return self.tokens[len(self.prompt):]
+
+
+@dataclass
+class RequestOutput:
+    request_id: int
+    prompt_token_ids: list
+    token_ids: list
+    finish_reason: str
+    text: str | None = None
+    num_steps: int = 0
+
+
+class Engine:
+    """target: a model (protocol in `model.py`); proposer: see `proposers.py` (None: plain decode).
+
+    record_logits(request_id, output_index, logits_row) is called for every kept token with the
+    target row it was decided from (the bitwise audit compares these). `mutant="stale_kv"` skips the
+    KV rollback (rejected drafts' K/V stay in the context): a deliberately wrong engine for tests."""
+
+    def __init__(self, target, proposer=None, *, kappa=0, max_batch_size: int = 8, num_blocks: int = 1024,
+                 block_size: int = 16, eos_token_id: int | None = None, detokenize=None, seed: int = 0,
+                 record_logits=None, prefix_caching: bool = True, mutant: str | None = None):
+        if mutant not in (None, "stale_kv"):
+            raise InputError(f"unknown engine mutant {mutant!r}")
+        self.target = target
+        self.proposer = proposer
+        self.kappa = KappaSchedule(kappa)
+        if self.kappa.max_kappa > 0 and proposer is None:
+            raise InputError("kappa > 0 needs a proposer (spec ngram or draft)")
+        self.cache = target.make_cache(num_blocks, block_size, prefix_caching=prefix_caching and mutant is None)
+        self.scheduler = Scheduler(self.cache, max_batch_size, self.kappa)
+        self.eos_token_id = eos_token_id
+        self.detokenize = detokenize
+        self.seed = seed
+        self.record_logits = record_logits
+        self.mutant = mutant
+        self.metrics = SpecMetrics()
+        self.outputs: dict = {}
+        self._next_id = 0
+
+    def add_request(self, prompt_ids, params: SamplingParams | None = None, request_id: int | None = None) -> int:
+        params = params or SamplingParams()
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise InputError("a prompt needs at least one token")
+        if params.stop and self.detokenize is None:
+            raise InputError("stop strings need a tokenizer")
+        rid = self._next_id if request_id is None else int(request_id)
+        self._next_id = max(self._next_id, rid) + 1
+        entropy = [params.seed] if params.seed is not None else [self.seed, rid]
+        ss = np.random.SeedSequence(entropy)
+        target_ss, draft_ss = ss.spawn(2)
+        req = Request(rid, prompt, params, np.random.default_rng(target_ss), np.random.default_rng(draft_ss),
+                      tokens=list(prompt))
+        self.scheduler.add(req)
+        return rid
+
+    def has_unfinished(self) -> bool:
+        return bool(self.scheduler.waiting or self.scheduler.running)
+
+    # -- one step ----------------------------------------------------------------------------------
+    def _num_drafts(self, req, kappa: int) -> int:
+        if len(req.tokens) - req.num_fed > 1:        # prefill (or catching up): no drafts
+            return 0
+        k = kappa if req.params.kappa is None else min(kappa, req.params.kappa)
+        return max(0, min(k, req.params.max_tokens - len(req.output) - 1))
+
+    def step(self) -> list:
+        """Run one launch; return [(request_id, new token ids, finished)] for streaming."""
+        t_start = time.perf_counter()
+        self.scheduler.admit()
+        running = list(self.scheduler.running)
+        if not running:
+            return []
+        kappa = self.kappa(len(running))
+        ks = [self._num_drafts(r, kappa) for r in running]
+        proposals = [([], None)] * len(running)
+        spec = [i for i, k in enumerate(ks) if k > 0]
+        if spec:
+            t0 = time.perf_counter()
+            got = self.proposer.propose([running[i] for i in spec], [ks[i] for i in spec])
+            for i, prop in zip(spec, got):
+                proposals[i] = prop
+            self.metrics.draft_time_s += time.perf_counter() - t0
+        new_tokens = [r.tokens[r.num_fed:] + list(d) for r, (d, _) in zip(running, proposals)]
+        n_logits = [len(d) + 1 for d, _ in proposals]
+        t0 = time.perf_counter()
+        batch = build_step(self.cache, [r.kv for r in running], new_tokens, n_logits)
+        logits = self.target.forward(batch, self.cache)                         # [sum n_logits, V]
+        self.metrics.target_time_s += time.perf_counter() - t0
+        self.metrics.num_steps += 1
+        self.metrics.num_request_steps += len(running)
+
+        events = []
+        row = 0
+        for req, (drafts, q_rows), nl in zip(running, proposals, n_logits):
+            rows = logits[row:row + nl]
+            row += nl
+            drafts = list(drafts)
+            emitted, m = sample_request(rows, drafts, q_rows, req.params, req.rng)
+            self.metrics.record_verify(len(drafts), m)
+            req.num_steps += 1
+            old_len = len(req.tokens)
+            req.num_fed = old_len + m
+            if self.mutant != "stale_kv":
+                self.cache.rollback(req.kv, req.num_fed)
+            if self.proposer is not None:
+                self.proposer.accepted(req, req.num_fed)
+            kept = self._append(req, emitted, rows)
+            self.metrics.num_emitted += len(kept)
+            self.cache.commit(req.kv, req.tokens, len(req.tokens))
+            events.append((req.id, kept, req.finished))
+            if req.finished:
+                self._finish(req)
+        self.metrics.wall_time_s += time.perf_counter() - t_start
+        return events
+
+    def _append(self, req, emitted, rows) -> list:
+        kept = []
+        p = req.params
+        for j, tok in enumerate(emitted):
+            req.tokens.append(tok)
+            kept.append(tok)
+            if self.record_logits is not None:
+                self.record_logits(req.id, len(req.output) - 1, rows[j])
+            if tok in p.stop_token_ids or (tok == self.eos_token_id and not p.ignore_eos):
+                req.finished, req.finish_reason = True, "stop"
+            elif p.stop and self._stop_string(req):
+                req.finished, req.finish_reason = True, "stop"
+            elif len(req.output) >= p.max_tokens:
+                req.finished, req.finish_reason = True, "length"
+            if req.finished:
+                break                       # truncation inside an accepted run
+        return kept
+
+    def _stop_string(self, req) -> bool:
+        text = self.detokenize(req.output)
+        hits = [text.find(s) for s in req.params.stop if s and s in text]
+        if hits:
+            req.stop_text_end = min(hits)
+            return True
+        return False
+
+    def _finish(self, req) -> None:
+        self.scheduler.finish(req)
+        if self.proposer is not None:
+            self.proposer.release(req)
+        text = None
+        if self.detokenize is not None:
+            text = self.detokenize(req.output)
+            if req.stop_text_end is not None:
+                text = text[:req.stop_text_end]
+        self.outputs[req.id] = RequestOutput(req.id, req.prompt, req.output, req.finish_reason, text, req.num_steps)
+
+    def run(self) -> list:
+        """Step until every request is finished; outputs in request-id order."""
+        while self.has_unfinished():
+            self.step()
+        return [self.outputs[k] for k in sorted(self.outputs)]

@@ -1,0 +1,103 @@
+"""The engine's rejection sampler: transforms, then the exact chain rule, one request at a time.
+
+Rules (bit for bit those of `specverify.reference.sampling`/`.chain`/`.transforms`; this is an
+independent implementation, tested against the reference on random rows and coins):
+
+    transform   logits -> float64; / temperature; top-k keeps logits >= the k-th largest; softmax
+                exp(l - max) / sequential sum; top-p keeps the shortest stable-sorted prefix whose
+                sequential cumulative sum reaches P, renormalised by a sequential sum
+    accept      coin * q[x] < p[x]            (q[x] = 1 for a deterministic draft: n-gram, greedy)
+    residual    max(0, p - q), or p with p[x] = 0 for a deterministic draft; p if all zero
+    draw        C = cumsum(w); t = coin * C[-1]; token = #{k: C[k] <= t}; past the end -> last w > 0
+    greedy      temperature 0: accept while draft == argmax (lowest index on ties); emit the argmax
+
+Randomness, per request and per step, from the request's own generator: one acceptance coin per
+draft position, then one final coin (recovered or bonus token). A step with 0 drafts -- plain
+decode -- draws exactly one coin; a greedy request draws none.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def transform_probs(logits, temperature: float, top_k: int = 0, top_p: float = 1.0) -> np.ndarray:
+    """Probabilities float64 [R, V] from logits [R, V] (torch or numpy); temperature > 0."""
+    if isinstance(logits, torch.Tensor):
+        logits = logits.detach().to(torch.float64).numpy()
+    a = np.array(logits, dtype=np.float64, ndmin=2)
+    if temperature != 1.0:
+        a = a / temperature
+    V = a.shape[1]
+    if top_k and top_k < V:
+        kth = np.partition(a, V - top_k, axis=1)[:, V - top_k:V - top_k + 1]   # k-th largest
+        a = np.where(a >= kth, a, -np.inf)
+    e = np.exp(a - a.max(axis=1, keepdims=True))
+    p = e / np.cumsum(e, axis=1)[:, -1:]
+    if top_p < 1.0:
+        order = np.argsort(-p, axis=1, kind="stable")
+        sp = np.take_along_axis(p, order, axis=1)
+        keep_sorted = np.ones(sp.shape, dtype=bool)
+        keep_sorted[:, 1:] = np.cumsum(sp, axis=1)[:, :-1] < top_p
+        keep = np.zeros_like(keep_sorted)
+        np.put_along_axis(keep, order, keep_sorted, axis=1)
+        p = np.where(keep, p, 0.0)
+        p = p / np.cumsum(p, axis=1)[:, -1:]
+    return p
+
+
+def draw(weights: np.ndarray, coin: float) -> int:
+    cdf = np.cumsum(weights)
+    token = int(np.count_nonzero(cdf <= coin * cdf[-1]))
+    if token == cdf.shape[0]:
+        token = int(np.flatnonzero(weights > 0)[-1])
+    return token
+
+
+def residual(p: np.ndarray, q: np.ndarray | None, x: int) -> np.ndarray:
+    if q is None:
+        w = p.copy()
+        w[x] = 0.0
+    else:
+        w = np.maximum(p - q, 0.0)
+    return w if (w > 0).any() else p.copy()
+
+
+def greedy_verify(logits_rows: torch.Tensor, drafts) -> tuple[list, int]:
+    """Greedy rule on raw logits [k+1, V]: (emitted tokens, accepted draft count)."""
+    argmax = torch.argmax(logits_rows, dim=-1).tolist()      # lowest index among ties
+    out = []
+    for i, x in enumerate(drafts):
+        out.append(argmax[i])
+        if x != argmax[i]:
+            return out, i
+    out.append(argmax[len(drafts)])
+    return out, len(drafts)
+
+
+def chain_verify(p_rows: np.ndarray, drafts, q_rows: np.ndarray | None, accept_coins, final_coin) -> tuple[list, int]:
+    """Chain rule on probabilities p [k+1, V], q [k, V] or None: (emitted tokens, accepted count)."""
+    out = []
+    for i, x in enumerate(drafts):
+        p = p_rows[i]
+        q = None if q_rows is None else q_rows[i]
+        qx = 1.0 if q is None else q[x]
+        if accept_coins[i] * qx < p[x]:
+            out.append(x)
+            continue
+        out.append(draw(residual(p, q, x), final_coin))
+        return out, i
+    out.append(draw(p_rows[len(drafts)], final_coin))
+    return out, len(drafts)
+
+
+def sample_request(logits_rows, drafts, q_rows, params, rng) -> tuple[list, int]:
+    """Verify one request's drafts (0..kappa) against its target logits rows [k+1, V]."""
+    if params.temperature == 0:
+        return greedy_verify(logits_rows, drafts)
+    p_rows = transform_probs(logits_rows, params.temperature, params.top_k, params.top_p)
+    k = len(drafts)
+    accept_coins = rng.random(k) if k else ()
+    final_coin = rng.random()
+    return chain_verify(p_rows, drafts, q_rows, accept_coins, final_coin)

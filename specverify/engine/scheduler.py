@@ -1,0 +1,78 @@
+"""Continuous batching: admit waiting requests while there is room, pick kappa for the batch size.
+
+Every step runs all running requests in one launch: newly admitted ones prefill (their prompt less
+any prefix-cache hit, 0 drafts), the others verify k_b = min(kappa(B), request's own kappa,
+tokens left - 1) drafts -- k_b = 0 is plain decode, through the same path. Admission is FIFO and
+reserves KV blocks for the prompt plus one verify window; a request that cannot fit waits.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+
+from specverify.errors import InputError
+
+
+class KappaSchedule:
+    """kappa as a function of the batch size: an int (constant), or {max_batch_size: kappa}
+    (vLLM's num_speculative_tokens_per_batch_size): the entry with the smallest key >= B, and 0
+    beyond the largest key."""
+
+    def __init__(self, kappa):
+        if isinstance(kappa, int):
+            if kappa < 0:
+                raise InputError(f"kappa {kappa} must be >= 0")
+            self.table = None
+            self.kappa = kappa
+        else:
+            items = sorted((int(b), int(k)) for b, k in dict(kappa).items())
+            if not items or any(b < 1 or k < 0 for b, k in items):
+                raise InputError(f"kappa schedule {kappa!r}: keys are batch sizes >= 1, values kappas >= 0")
+            self.table = items
+            self.kappa = max(k for _, k in items)
+
+    def __call__(self, batch_size: int) -> int:
+        if self.table is None:
+            return self.kappa
+        i = bisect.bisect_left([b for b, _ in self.table], batch_size)
+        return self.table[i][1] if i < len(self.table) else 0
+
+    @property
+    def max_kappa(self) -> int:
+        return self.kappa
+
+
+class Scheduler:
+    def __init__(self, cache, max_batch_size: int, kappa: KappaSchedule):
+        self.cache = cache
+        self.max_batch_size = max_batch_size
+        self.kappa = kappa
+        self.waiting: deque = deque()
+        self.running: list = []
+
+    def add(self, req) -> None:
+        self.waiting.append(req)
+
+    def admit(self) -> list:
+        """Move waiting requests into the running batch while they fit; return the admitted ones."""
+        admitted = []
+        bs = self.cache.block_size
+        while self.waiting and len(self.running) < self.max_batch_size:
+            req = self.waiting[0]
+            need = -(-(len(req.tokens) + self.kappa.max_kappa + 1) // bs)
+            if need > self.cache.num_available():
+                if not self.running and not admitted:
+                    raise InputError(f"request {req.id} needs {need} KV blocks; the cache has "
+                                     f"{self.cache.num_available()} free (raise num_blocks)")
+                break
+            self.waiting.popleft()
+            self.cache.match_prefix(req.kv, req.tokens)
+            req.num_fed = req.kv.num_computed
+            self.running.append(req)
+            admitted.append(req)
+        return admitted
+
+    def finish(self, req) -> None:
+        self.running.remove(req)
+        self.cache.release(req.kv)
