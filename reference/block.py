@@ -19,8 +19,9 @@ draft when deterministic; an all-zero row at a padded position, whose weight the
     else:             emit draw(max(w_tau * P_tau - Q_tau, 0), final_coin)
                       (an all-zero residual falls back to P_tau, as in `sampling.residual`)
 
-Unlike the chain rule, the law of the token at position i *given that this step reached it* is not
-p_i; what is exact is the token stream across steps (`reference.toy` checks the joint law).
+As with the chain rule, the token at position i, given the emitted prefix and that the step reached
+position i, is distributed as p(. | prefix); what block verification changes is the law of the
+accepted length (never smaller in expectation), not the law of the tokens.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def block_rule(drafts, target, draft, coins, final) -> np.ndarray:
             qx = 1.0 if draft is None else draft[i - 1][x]
             if not qx > 0:
                 raise InputError(f"draft_token_ids: token {x} at position {i - 1} was drafted but its draft probability is 0")
-            w = min(w * target[i - 1][x] / qx, 1.0)
+            with np.errstate(over="ignore"):     # p/q overflowing to inf is clamped to 1
+                w = min(w * target[i - 1][x] / qx, 1.0)
         if i < kappa:
             z = float(np.cumsum(np.maximum(w * target[i] - _q_row(draft, drafts, i, vocab), 0.0))[-1])
             den = z + (1.0 - w)

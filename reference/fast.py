@@ -184,29 +184,73 @@ def _one(rule, params, drafts, target, draft, det, acc, final, out):
     return _chain_one(rule, params, drafts, target, draft, det, acc, final, out)
 
 
+@numba.njit(cache=True, inline="always")
+def _draw_cdf(cdf, last_pos, coin):
+    # _draw from a precomputed sequential cumsum (cdf[-1] is the same sequential total)
+    n = cdf.shape[0]
+    t = coin * cdf[n - 1]
+    token = 0
+    for k in range(n):
+        if cdf[k] <= t:
+            token += 1
+    return last_pos if token == n else token
+
+
+def _chain_tables(target, draft, det):
+    """CDFs of every draw the exact chain rule can make on a one-step problem, computed exactly as
+    `_residual_draw` / `_draw` would (sequential sums): residual[i, x] (x = the drafted token; the
+    residual does not depend on x for a stochastic draft), bonus row, and each row's last positive
+    token."""
+    kappa, vocab = target.shape[0] - 1, target.shape[1]
+    res_cdf = np.empty((kappa, vocab, vocab))
+    res_last = np.empty((kappa, vocab), np.int64)
+    for i in range(kappa):
+        for x in range(vocab):
+            if det:
+                w = target[i].copy()
+                w[x] = 0.0
+            else:
+                w = np.maximum(target[i] - draft[i], 0.0)
+            if not (w > 0).any():
+                w = target[i]
+            res_cdf[i, x] = np.cumsum(w)
+            res_last[i, x] = np.flatnonzero(w > 0)[-1]
+    bonus_cdf = np.cumsum(target[kappa])
+    bonus_last = int(np.flatnonzero(target[kappa] > 0)[-1])
+    return res_cdf, res_last, bonus_cdf, bonus_last
+
+
+@numba.njit(cache=True)
+def _chain_tabled(drafts, target, draft, det, acc, final, out, res_cdf, res_last, bonus_cdf, bonus_last):
+    kappa = drafts.shape[0]
+    for i in range(kappa):
+        x = drafts[i]
+        qx = 1.0 if det else draft[i, x]
+        if acc[i] * qx < target[i, x]:
+            out[i] = x
+            continue
+        out[i] = _draw_cdf(res_cdf[i, x], res_last[i, x], final)
+        return i + 1
+    out[kappa] = _draw_cdf(bonus_cdf, bonus_last, final)
+    return kappa + 1
+
+
 @numba.njit(cache=True, parallel=True)
-def _problem_kernel(rule, params, target, draft, det, draft_cdf, draft_coins, drafts, acc, final, out):
+def _problem_kernel(rule, params, target, draft, det, draft_cdf, draft_last, draft_coins, drafts, acc, final, out,
+                    res_cdf, res_last, bonus_cdf, bonus_last):
     # one-step problem: shared rows; drafts drawn from the draft rows (or their argmax if det)
     n = out.shape[0]
     kappa = target.shape[0] - 1
-    vocab = target.shape[1]
     for s in numba.prange(n):
         for i in range(kappa):
             if det:
                 drafts[s, i] = _argmax(draft[i])
             else:
-                t = draft_coins[s, i] * draft_cdf[i, vocab - 1]
-                tok = 0
-                for k in range(vocab):
-                    if draft_cdf[i, k] <= t:
-                        tok += 1
-                if tok == vocab:
-                    for k in range(vocab - 1, -1, -1):
-                        if draft[i, k] > 0:
-                            tok = k
-                            break
-                drafts[s, i] = tok
-        _one(rule, params, drafts[s], target, draft, det, acc[s], final[s], out[s])
+                drafts[s, i] = _draw_cdf(draft_cdf[i], draft_last[i], draft_coins[s, i])
+        if rule == CHAIN:
+            _chain_tabled(drafts[s], target, draft, det, acc[s], final[s], out[s], res_cdf, res_last, bonus_cdf, bonus_last)
+        else:
+            _one(rule, params, drafts[s], target, draft, det, acc[s], final[s], out[s])
 
 
 @numba.njit(cache=True, parallel=True)
@@ -231,6 +275,8 @@ def sample_one_step(target_rows, draft_rows=None, n: int = 100_000, seed: int = 
     det = deterministic or draft_rows is None
     draft = np.ascontiguousarray(draft_rows if draft_rows is not None else target[:kappa], np.float64)
     cdf = np.cumsum(draft, axis=1)
+    last = np.array([np.flatnonzero(row > 0)[-1] for row in draft], np.int64)
+    tables = _chain_tables(target, draft, det)
     rng = np.random.default_rng(seed)
     out = np.full((n, kappa + 1), -1, np.int64)
     drafts = np.empty((min(n, CHUNK), kappa), np.int64)
@@ -239,7 +285,8 @@ def sample_one_step(target_rows, draft_rows=None, n: int = 100_000, seed: int = 
         draft_coins = rng.random((m, kappa))
         acc = rng.random((m, kappa))
         final = rng.random(m)
-        _problem_kernel(RULES[rule], np.asarray(params, np.float64), target, draft, det, cdf, draft_coins, drafts[:m], acc, final, out[s:s + m])
+        _problem_kernel(RULES[rule], np.asarray(params, np.float64), target, draft, det, cdf, last, draft_coins,
+                        drafts[:m], acc, final, out[s:s + m], *tables)
     return out
 
 

@@ -221,7 +221,8 @@ def block_chunk_law(target, draft, prefix=(), kappa: int = 3, deterministic: boo
         h = [None]
         for i in range(1, kappa + 1):
             x = path[i - 1]
-            w.append(min(w[i - 1] * rows_p[i - 1][x] / rows_q[i - 1][x], 1.0))
+            with np.errstate(over="ignore"):     # p/q overflowing to inf is clamped to 1 below
+                w.append(min(w[i - 1] * rows_p[i - 1][x] / rows_q[i - 1][x], 1.0))
             if i < kappa:
                 z = float(np.maximum(w[i] * rows_p[i] - rows_q[i], 0.0).sum())
                 den = z + (1.0 - w[i])

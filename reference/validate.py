@@ -36,15 +36,15 @@ def prob_rows(x, name: str, vocab_size: int | None = None, n_rows: int | None = 
     finite = np.isfinite(a)
     if not finite.all():
         r, c = np.argwhere(~finite)[0]
-        raise InputError(f"{name}: row {r} has a non-finite entry ({a[r, c]}) at token {c}")
+        raise InputError(f"{name}: row {r} has a non-finite entry ({float(a[r, c])}) at token {c}")
     if (a < 0).any():
         r, c = np.argwhere(a < 0)[0]
-        raise InputError(f"{name}: row {r} has a negative probability {a[r, c]!r} at token {c}")
+        raise InputError(f"{name}: row {r} has a negative probability {float(a[r, c])!r} at token {c}")
     sums = a.sum(axis=1)
     off = np.abs(sums - 1.0) > SUM_ATOL
     if off.any():
         r = int(np.argmax(off))
-        raise InputError(f"{name}: row {r} sums to {sums[r]!r}, not 1 (tolerance {SUM_ATOL:g})")
+        raise InputError(f"{name}: row {r} sums to {float(sums[r])!r}, not 1 (tolerance {SUM_ATOL:g})")
     return np.ascontiguousarray(a)
 
 
@@ -60,7 +60,7 @@ def token_ids(x, name: str, vocab_size: int, allow_padding: bool = False) -> np.
     if bad.any():
         i = int(np.flatnonzero(bad.ravel())[0])
         what = "[-1, V)" if allow_padding else "[0, V)"
-        raise InputError(f"{name}: token id {a.ravel()[i]} at index {i} is outside {what} with V={vocab_size}")
+        raise InputError(f"{name}: token id {int(a.ravel()[i])} at index {i} is outside {what} with V={vocab_size}")
     return a
 
 
@@ -72,5 +72,5 @@ def coins(x, name: str, n: int) -> np.ndarray:
         raise InputError(f"{name}: expected {n} coins, got {a.shape[0]}")
     if not np.all(np.isfinite(a)) or (a < 0).any() or (a > 1).any():
         i = int(np.flatnonzero(~(np.isfinite(a) & (a >= 0) & (a <= 1)))[0])
-        raise InputError(f"{name}: coin {a[i]!r} at index {i} is outside [0, 1]")
+        raise InputError(f"{name}: coin {float(a[i])!r} at index {i} is outside [0, 1]")
     return a
