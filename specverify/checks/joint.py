@@ -29,7 +29,7 @@ def sequence_gof(name: str, samples: np.ndarray, law, seconds: float, ctx) -> Ch
                            detail=f"emitted sequence {first[first >= 0].tolist()} has exact probability 0 "
                                   f"({int(bad.sum())} of {n} samples)",
                            data={"impossible_example": first[first >= 0].tolist(), "impossible_count": int(bad.sum())})
-    res = stats.pearson(counts, law.probs, alpha=ctx.alpha)
+    res = stats.pearson(counts, law.probs, alpha=ctx.alpha, min_expected=ctx.min_expected)
     return CheckResult(name, PASS, statistic=res.statistic, p_value=res.p_value, dof=res.dof, n=n, seconds=seconds,
                        detail=f"{len(law.probs)} sequences in {res.cells} cells, {res.p_value_method} p-value",
                        data={"observed": counts.tolist(), "expected": (law.probs * n).tolist(),

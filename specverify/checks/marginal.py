@@ -41,7 +41,7 @@ def gof(name: str, observed_tokens: np.ndarray, expected: np.ndarray, seconds: f
     if n < MIN_STATISTICAL_N:
         return CheckResult(name, PASS, n=n, exact=True, seconds=seconds,
                            detail=f"only {n} samples reach this position: checked exactly (no impossible token), no test")
-    res = stats.pearson(counts, expected[support], alpha=ctx.alpha)
+    res = stats.pearson(counts, expected[support], alpha=ctx.alpha, min_expected=ctx.min_expected)
     return CheckResult(name, PASS, statistic=res.statistic, p_value=res.p_value, dof=res.dof, n=n, seconds=seconds,
                        detail=f"{res.cells} cells, {res.p_value_method} p-value",
                        data={"cells": support.tolist(), "observed": counts.tolist(),
