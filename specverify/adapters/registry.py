@@ -1,31 +1,48 @@
 """Engine names -> adapters. `resolve(name)` is what `specverify audit NAME` calls.
 
-    reference                   the exact float64 rules (positive control)
-    lossy:<rule>                a lossy rule (must fail)
-    pkg.module:factory          a user plug-in: factory() returns an adapter (see `protocol`)
-    path/to/file.py:factory     the same, from a file
+Named engines are one line each in `ENGINES`: name -> ("module:factory", one-line description).
+Prefixed names (`lossy:<rule>`, `mutant:<name>`) pass what follows the prefix to the factory.
+Anything else containing ':' is a user plug-in (`pkg.module:factory` or `path/to/file.py:factory`).
 """
 
 from __future__ import annotations
 
+import importlib
+
 from specverify.errors import InputError
 
-BUILTIN = {
-    "reference": "the exact float64 reference rules (must pass)",
-    "lossy:<rule>": "a lossy acceptance rule, e.g. lossy:threshold_acc=0.9 (must fail)",
+# name -> (factory path, description). Add an engine by adding a line.
+ENGINES = {
+    "reference": ("specverify.adapters.reference:ReferenceEngine", "the exact float64 reference rules (must pass)"),
 }
+
+# prefix -> (factory path taking the rest of the name, description)
+PREFIXED = {
+    "lossy": ("specverify.adapters.lossy:LossyEngine", "a lossy rule, e.g. lossy:threshold_acc=0.9 (must fail)"),
+}
+
+
+def _factory(path: str):
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def described() -> dict:
+    """{name: description} of every built-in engine, for --help."""
+    out = {name: desc for name, (_, desc) in ENGINES.items()}
+    out.update({f"{prefix}:<...>": desc for prefix, (_, desc) in PREFIXED.items()})
+    return out
 
 
 def resolve(name: str):
     """The adapter for an engine name, or InputError naming the known engines."""
-    if name == "reference":
-        from .reference import ReferenceEngine
-        return ReferenceEngine()
-    if name.startswith("lossy:"):
-        from .lossy import LossyEngine
-        return LossyEngine(name[len("lossy:"):])
-    if ":" in name:
+    if name in ENGINES:
+        return _factory(ENGINES[name][0])()
+    prefix, sep, rest = name.partition(":")
+    if sep and prefix in PREFIXED:
+        return _factory(PREFIXED[prefix][0])(rest)
+    if sep:
         from .plugin import load
         return load(name)
-    known = ", ".join(BUILTIN)
+    known = ", ".join(described())
     raise InputError(f"unknown engine {name!r}; known engines: {known}, or a plug-in as pkg.module:factory or file.py:factory")

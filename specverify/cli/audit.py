@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specverify.adapters.registry import BUILTIN
+from specverify.adapters.registry import described
 
 HELP = """\
 Audit a speculative-decoding implementation against the exact rules.
@@ -16,7 +16,7 @@ states the smallest total-variation deviation it detects with probability 0.99 a
 Exact checks (a zero-probability token emitted) fail outright.
 
 engines:
-""" + "".join(f"  {k:<26}{v}\n" for k, v in BUILTIN.items()) + """\
+""" + "".join(f"  {k:<26}{v}\n" for k, v in described().items()) + """\
   pkg.module:factory        your adapter (see the README's plug-in section)
   path/to/file.py:factory   the same, from a file
 
