@@ -5,6 +5,7 @@ Every op takes and returns torch tensors. Shapes (T = flattened tokens of a ragg
     linear(x [M, K], weight [N, K])               -> [M, N]   x @ weight.T, fp32 accumulation
     rms_norm(x [M, D], weight [D], eps)            -> [M, D]   x / sqrt(mean(x^2) + eps) * weight
     softmax(x [M, V]) / log_softmax(x [M, V])      -> [M, V]   over the last dim, float32 out
+    silu_mul(gate [M, F], up [M, F])               -> [M, F]   silu(gate) * up (SwiGLU), elementwise
     rotary(x [T, H, Dh], positions int64 [T], theta)
                                                    -> [T, H, Dh]  rotation of adjacent pairs
                                                       (x[2i], x[2i+1]) by positions * theta**(-2i/Dh)
@@ -53,6 +54,10 @@ class DefaultBackend:
         import torch
         return torch.log_softmax(x.float(), dim=-1)
 
+    def silu_mul(self, gate, up):
+        import torch.nn.functional as F
+        return F.silu(gate) * up
+
     def rotary(self, x, positions, theta: float):
         import torch
         dh = x.shape[-1]
@@ -83,11 +88,11 @@ class DefaultBackend:
             k = k.repeat_interleave(group, dim=1)
             v = v.repeat_interleave(group, dim=1)
             qb = q[q0:q1]                                                    # [n, Hq, Dh]
-            scores = torch.einsum("nhd,thd->htn", qb, k) * scale             # [Hq, n, n_ctx]
+            scores = torch.einsum("nhd,thd->hnt", qb, k) * scale             # [Hq, n, n_ctx]
             pos = torch.arange(n_ctx - (q1 - q0), n_ctx, device=q.device)
-            mask = torch.arange(n_ctx, device=q.device)[None, :] > pos[:, None]
+            mask = torch.arange(n_ctx, device=q.device)[None, :] > pos[:, None]   # [n, n_ctx]
             scores = scores.masked_fill(mask[None], float("-inf"))
-            out[q0:q1] = torch.einsum("htn,nhd->thd", torch.softmax(scores, dim=-1), v)
+            out[q0:q1] = torch.einsum("hnt,thd->nhd", torch.softmax(scores, dim=-1), v)
         return out
 
 
