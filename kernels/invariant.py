@@ -1,0 +1,151 @@
+"""The "invariant" op backend: batch-invariant torch CPU ops on numba kernels, fast enough to run a
+135M-parameter model (`python -m specverify.kernels.bench` measures it against "default").
+
+Every op computes each output row (for attention: each query and head) alone, in a fixed order of
+rounded operations that its kernel's docstring spells out (`cpu_linear`, `cpu_rms_norm`,
+`cpu_softmax`, `cpu_rotary`, `cpu_silu_mul`, `cpu_attention`): no split-K, no reduction whose
+order depends on the number of rows, no vector/scalar remainder split, no thread-count
+dependence. So a row's bits do not depend on which rows share the launch, how many there are, or
+where the row sits; `tests/test_kernels_invariant.py` checks that for M = 1..64 and ragged mixes.
+
+Using it efficiently (what the engine should know):
+  * fp32 everywhere is the fast path. bf16/fp16 inputs are accepted (converted to fp32, exactly,
+    computed with fp32 accumulation, cast back), at the cost of a conversion per call.
+  * `linear` packs each weight once into K-major panels (`cpu_linear.pack_weight`, ~the weight's
+    size again in memory) and caches the packing per weight tensor object, checked against its
+    data pointer and version counter. Pass the *same* tensor object every call (a fresh view
+    each call would repack each call). `pack_linear_weight(w)` packs explicitly; `linear` accepts
+    the result in place of w. Any weight layout works (W or W.T.contiguous().T alike).
+  * A (kappa+1)-row verify step reads each weight once, like a decode step (the micro-kernel
+    handles ROW_BLOCK = 4 rows per pass over a cached panel), so it costs far less than kappa+1
+    decode steps.
+  * Use `silu_mul(gate, up)` for the SwiGLU gate rather than torch's SiLU, whose vectorised and
+    scalar-remainder exps can differ (a row length that is not a multiple of 16 shows it).
+  * Threads: by default the kernels run on the calling thread (`InvariantBackend(parallel=True)`
+    spreads linear panels and attention heads over numba's threads: same bits, faster on an idle
+    machine, slower on a contended one: numba's OpenMP pool is not torch's).
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from . import cpu_attention, cpu_linear, cpu_rms_norm, cpu_rotary, cpu_silu_mul, cpu_softmax
+from .backend import register_backend
+from .cpu_common import assert_no_svml
+
+
+class PackedLinearWeight:
+    """A weight [N, K] packed for `cpu_linear` (K-major panels, float32)."""
+
+    __slots__ = ("panels", "n", "k", "__weakref__")
+
+    def __init__(self, weight):
+        w = weight.detach()
+        self.n, self.k = int(w.shape[0]), int(w.shape[1])
+        self.panels = cpu_linear.pack_weight(w.float().numpy())
+
+    @property
+    def shape(self):
+        return (self.n, self.k)
+
+
+def _f32(t):
+    """A C-contiguous float32 numpy view (or copy) of a CPU tensor."""
+    import torch
+    t = t.detach()
+    if t.dtype != torch.float32:
+        t = t.float()
+    return t.contiguous().numpy()
+
+
+class InvariantBackend:
+    """Batch-invariant CPU ops (numba kernels); see the module docstring."""
+
+    name = "invariant"
+    batch_invariant = True
+
+    def __init__(self, parallel: bool = False):
+        assert_no_svml()
+        self.parallel = bool(parallel)
+        self._packed: dict[int, tuple] = {}
+
+    # ------------------------------------------------------------------ linear
+    def pack_linear_weight(self, weight) -> PackedLinearWeight:
+        """Pack `weight` [N, K] once; `linear(x, packed)` then skips the cache lookup."""
+        return weight if isinstance(weight, PackedLinearWeight) else PackedLinearWeight(weight)
+
+    def _lookup(self, weight) -> PackedLinearWeight:
+        key = id(weight)
+        version = _version(weight)
+        hit = self._packed.get(key)
+        if hit is not None:
+            ref, ptr, ver, shape, packed = hit
+            if ref() is weight and ptr == weight.data_ptr() and ver == version and shape == tuple(weight.shape):
+                return packed
+        packed = PackedLinearWeight(weight)
+        self._packed[key] = (weakref.ref(weight), weight.data_ptr(), version, tuple(weight.shape), packed)
+        weakref.finalize(weight, self._packed.pop, key, None)
+        return packed
+
+    def linear(self, x, weight):
+        import torch
+        packed = weight if isinstance(weight, PackedLinearWeight) else self._lookup(weight)
+        lead = x.shape[:-1]
+        x2 = _f32(x.reshape(-1, x.shape[-1]))
+        y = torch.from_numpy(cpu_linear.linear(x2, packed.panels, packed.n, self.parallel))
+        y = y.reshape(*lead, packed.n)
+        return y if x.dtype == torch.float32 else y.to(x.dtype)
+
+    # ------------------------------------------------------------------ row ops
+    def rms_norm(self, x, weight, eps: float):
+        import torch
+        x2 = _f32(x.reshape(-1, x.shape[-1]))
+        if x.dtype == torch.float32 and weight.dtype == torch.float32:
+            y = cpu_rms_norm.rms_norm(x2, _f32(weight), eps)
+            return torch.from_numpy(y).reshape(x.shape)
+        # other dtypes: normalise in fp32, cast, then scale in the input dtype (like the default)
+        y = torch.from_numpy(cpu_rms_norm.rms_norm(x2, np.ones(x2.shape[1], np.float32), eps))
+        return y.reshape(x.shape).to(x.dtype) * weight
+
+    def softmax(self, x):
+        import torch
+        return torch.from_numpy(cpu_softmax.softmax(_f32(x.reshape(-1, x.shape[-1])))).reshape(x.shape)
+
+    def log_softmax(self, x):
+        import torch
+        return torch.from_numpy(cpu_softmax.log_softmax(_f32(x.reshape(-1, x.shape[-1])))).reshape(x.shape)
+
+    def silu_mul(self, gate, up):
+        import torch
+        g2 = _f32(gate.reshape(-1, gate.shape[-1]))
+        u2 = _f32(up.reshape(-1, up.shape[-1]))
+        y = torch.from_numpy(cpu_silu_mul.silu_mul(g2, u2)).reshape(gate.shape)
+        return y if gate.dtype == torch.float32 else y.to(gate.dtype)
+
+    def rotary(self, x, positions, theta: float):
+        import torch
+        pos = positions.detach().to(torch.int64).contiguous().numpy()
+        y = torch.from_numpy(cpu_rotary.rotary(_f32(x), pos, theta))
+        return y if x.dtype == torch.float32 else y.to(x.dtype)
+
+    # ------------------------------------------------------------------ attention
+    def attention(self, q, k_cache, v_cache, block_tables, context_lens, cu_seqlens_q, scale: float):
+        import torch
+        out = cpu_attention.attention(
+            _f32(q), _f32(k_cache), _f32(v_cache), block_tables.detach().cpu().numpy(),
+            context_lens.detach().cpu().numpy(), cu_seqlens_q.detach().cpu().numpy(), scale, self.parallel)
+        y = torch.from_numpy(out)
+        return y if q.dtype == torch.float32 else y.to(q.dtype)
+
+
+def _version(t):
+    try:
+        return t._version
+    except RuntimeError:       # an inference-mode tensor has no version counter
+        return None
+
+
+register_backend("invariant", InvariantBackend)
