@@ -1,9 +1,9 @@
 """Llama (SmolLM2 family) over the op backend: RMSNorm, RoPE, GQA, SwiGLU, tied embeddings.
 
-Every reduction goes through the backend (`specverify.kernels.backend`): linear, rms_norm, rotary
-and paged attention. What is left in plain torch is elementwise (residual adds, SiLU * up) or a
-gather (embedding lookup, slicing), so a batch-invariant backend makes the whole forward
-batch-invariant: the logits of a position do not depend on what else is in the launch.
+Every reduction and transcendental goes through the backend (`specverify.kernels.backend`):
+linear, rms_norm, rotary, silu_mul and paged attention. What is left in plain torch is a residual
+add or a gather (embedding lookup, slicing, the KV write), so a batch-invariant backend makes the
+whole forward batch-invariant: the logits of a position do not depend on what else is in the launch.
 
 Weights (fp32, `[out, in]` like nn.Linear):
 
@@ -31,7 +31,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from .ops import resolve_backend
 
@@ -123,7 +122,7 @@ class Llama:
             h = be.rms_norm(x, w.ffn_norm, c.norm_eps)
             gate_up = be.linear(h, w.w_gate_up)                                   # [T, 2F]
             gate, up = gate_up[:, :c.ffn_dim], gate_up[:, c.ffn_dim:]
-            x = x + be.linear(F.silu(gate) * up, w.w_down)                        # [T, D]
+            x = x + be.linear(be.silu_mul(gate, up), w.w_down)                    # [T, D]
         x = x[batch.logits_indices]                                               # [R, D]
         return be.linear(be.rms_norm(x, self.norm, c.norm_eps), self.head)        # [R, V]
 

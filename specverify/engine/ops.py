@@ -1,12 +1,11 @@
-"""Resolve an op backend for the model, after a one-time self-check of its paged attention.
+"""Resolve an op backend for the model: one shared instance per name, its paged attention
+self-checked once against a float64 evaluation of the documented layout.
 
-`kernels/backend.py`'s "default" attention (as of commit 40c0fd2) transposes its score matrix
-(`einsum("nhd,thd->htn")` yields [H, n_ctx, n], not [H, n, n_ctx]): it fails for any decode step
-and masks the wrong triangle in a prefill. Until the kernels owner fixes it, a backend whose
-attention disagrees with a float64 evaluation of the documented layout is handled like this:
-"default" gets its attention replaced by `paged_attention` below (plain torch, per request, the
-same contract); any other backend is refused with a one-line error (a wrong kernel must not make
-a bitwise audit pass vacuously). Once the backend is right, it is used untouched.
+One instance per name matters: the invariant backend packs each weight once per instance.
+The self-check exists because the "default" attention once transposed its score matrix (fixed in
+38edccb): a backend that fails it is refused with a one-line error (a wrong kernel must not make a
+bitwise audit pass vacuously), except "default", whose attention is then replaced by
+`paged_attention` below (plain torch, per request, the same contract).
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from specverify.errors import InputError
 from specverify.kernels.backend import get_backend
 
 _CHECKED: dict = {}
+_INSTANCES: dict = {}
 
 
 def paged_attention(q, k_cache, v_cache, block_tables, context_lens, cu_seqlens_q, scale):
@@ -89,7 +89,12 @@ class _PatchedAttention:
 
 def resolve_backend(backend="default"):
     """The op backend object for `backend` (a name or an object), attention self-checked once."""
-    be = get_backend(backend) if isinstance(backend, str) else backend
+    if isinstance(backend, str):
+        if backend not in _INSTANCES:
+            _INSTANCES[backend] = get_backend(backend)
+        be = _INSTANCES[backend]
+    else:
+        be = backend
     key = type(be)
     if key not in _CHECKED:
         _CHECKED[key] = _self_check(be)
