@@ -34,6 +34,7 @@ def register(sub) -> None:
     p.add_argument("--checks", default=None, help="comma-separated subset of checks to run")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds one adapter call may take (default 120)")
     p.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH ('-' for stdout)")
+    p.add_argument("--report", metavar="DIR", help="also write an HTML + Markdown report of the result to DIR")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress line and no table")
     p.set_defaults(func=run)
 
@@ -91,6 +92,9 @@ def run(args) -> int:
             sys.stdout.write("\n")
         else:
             write_json(args.json, result.to_dict())
+    if args.report:
+        from specverify.reports import write_report
+        write_report([result.to_dict()], args.report, progress=Progress(quiet=args.quiet))
     if not args.quiet and args.json != "-":
         print(table(result))
     return 0 if result.verdict == "pass" else 1

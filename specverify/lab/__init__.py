@@ -1,0 +1,2 @@
+"""The acceptance/speedup lab (`specverify lab`): measured on the real model, beside the chapter's
+formulas. See run.py."""
