@@ -36,9 +36,17 @@ class ToyAdapter:
         req = np.searchsorted(cu, rows, side="right") - 1
         positions = batch.positions.numpy()[rows]
         tables = batch.block_tables.numpy().astype(np.int64)
-        out = np.empty((rows.size, self.vocab_size), dtype=np.float64)
-        for i, (b, t) in enumerate(zip(req, positions)):
+        prefixes = []
+        for b, t in zip(req, positions):
             pos = np.arange(1, t + 1)
-            prefix = store[tables[b, pos // bs] * bs + pos % bs]
-            out[i] = self.toy.logits(prefix)
+            prefixes.append(store[tables[b, pos // bs] * bs + pos % bs])
+        if hasattr(self.toy, "logits_at"):             # one vectorised call for all rows
+            from specverify.reference.toy import prefix_index
+            V = self.vocab_size
+            if any(((p < 0) | (p >= V)).any() for p in prefixes):
+                raise ValueError("toy adapter: a prefix holds a token outside the vocabulary")
+            index = np.array([prefix_index(p.tolist(), V) for p in prefixes], dtype=np.int64)
+            out = np.asarray(self.toy.logits_at(index), dtype=np.float64)
+        else:
+            out = np.stack([np.asarray(self.toy.logits(p), dtype=np.float64) for p in prefixes])
         return torch.from_numpy(out)                    # float64 [R, V]
