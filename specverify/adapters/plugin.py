@@ -1,6 +1,6 @@
 """Load a user's adapter: `pkg.module:factory` or `path/to/file.py:factory`.
 
-The factory is called with no arguments and must return an adapter (`adapters.protocol`). Every
+The factory is called with no arguments (once per fresh adapter the audit needs) and must return an adapter (`adapters.protocol`). Every
 way this can go wrong -- no such module or file, no such attribute, the factory raising, an object
 without `name`/`capabilities` -- is an AdapterError with one line naming it (exit 2 in the CLI).
 """
@@ -18,6 +18,12 @@ from .protocol import CAPABILITIES
 
 
 def load(spec: str):
+    """The adapter a plug-in's factory returns (checked: name and capabilities)."""
+    return load_factory(spec)()
+
+
+def load_factory(spec: str):
+    """The plug-in's factory, wrapped so that every call returns a checked adapter."""
     target, _, attr = spec.rpartition(":")
     if not target or not attr:
         raise AdapterError(f"plug-in {spec!r}: expected pkg.module:factory or path/to/file.py:factory")
@@ -44,6 +50,11 @@ def load(spec: str):
         raise AdapterError(f"plug-in {spec!r}: {target} has no attribute {attr!r}")
     if not callable(factory):
         raise AdapterError(f"plug-in {spec!r}: {attr} is not callable")
+    return lambda: instantiate(factory, spec, attr)
+
+
+def instantiate(factory, spec: str, attr: str):
+    """Call a plug-in factory and check what it returns (one-line AdapterErrors)."""
     try:
         adapter = factory()
     except Exception as exc:  # noqa: BLE001

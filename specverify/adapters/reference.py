@@ -1,4 +1,10 @@
-"""The float64 reference rules as an engine: the audit's positive control (it must pass)."""
+"""The float64 reference rules as an engine: the audit's positive control (it must pass).
+
+Every protocol level: the compiled chain/greedy/block sampler (`reference.fast`), batched tree
+verification and seeded mode (`vector.VectorSampler`, bit-equal to `reference.tree` / `.chain`), the
+one-request tree form (`reference.tree.tree_verify`) and an engine over toy models
+(`toyengine.SpecEngine` with the compiled sampler).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +12,18 @@ from specverify import __version__
 from specverify.reference import fast
 from specverify.reference.tree import tree_verify
 
+from .toyengine import SpecEngine
+from .vector import VectorSampler
+
 
 class ReferenceEngine:
     name = "reference"
     version = __version__
-    capabilities = {"chain", "greedy", "block", "tree"}
+    capabilities = {"chain", "greedy", "block", "tree", "seeded", "engine"}
+
+    def __init__(self):
+        self._vector = VectorSampler()
+        self._engine = SpecEngine()
 
     def verify(self, batch, coins):
         return fast.verify_batch(batch, coins, rule="chain")
@@ -18,5 +31,14 @@ class ReferenceEngine:
     def verify_block(self, batch, coins):
         return fast.verify_batch(batch, coins, rule="block")
 
+    def verify_trees(self, batch, coins):
+        return self._vector.verify_trees(batch, coins)
+
     def verify_tree(self, tree, target_probs, draft_probs, coins, final_coin):
         return tree_verify(tree, target_probs, draft_probs, coins, final_coin)
+
+    def verify_seeded(self, batch, seeds):
+        return fast.verify_batch(batch, self._vector.seeded_coins(batch, seeds), rule="chain")
+
+    def generate(self, target, draft, prompt, kappa, transform, seed, n, length):
+        return self._engine.generate(target, draft, prompt, kappa, transform, seed, n, length)

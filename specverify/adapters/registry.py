@@ -19,6 +19,7 @@ ENGINES = {
 # prefix -> (factory path taking the rest of the name, description)
 PREFIXED = {
     "lossy": ("specverify.adapters.lossy:LossyEngine", "a lossy rule, e.g. lossy:threshold_acc=0.9 (must fail)"),
+    "mutant": ("specverify.adapters.mutants:make", "a bug-zoo mutant, e.g. mutant:keep-tail (must fail; `specverify zoo` lists them)"),
 }
 
 
@@ -34,15 +35,26 @@ def described() -> dict:
     return out
 
 
-def resolve(name: str):
-    """The adapter for an engine name, or InputError naming the known engines."""
+def factory(name: str):
+    """A zero-argument callable that builds a fresh adapter for an engine name (the seeded checks
+    replay calls on fresh instances), or InputError / AdapterError naming what is wrong."""
     if name in ENGINES:
-        return _factory(ENGINES[name][0])()
+        return _factory(ENGINES[name][0])
     prefix, sep, rest = name.partition(":")
     if sep and prefix in PREFIXED:
-        return _factory(PREFIXED[prefix][0])(rest)
+        make = _factory(PREFIXED[prefix][0])
+        make(rest)                      # fail now, with the prefix's own message, if the rest is wrong
+        return lambda: make(rest)
     if sep:
-        from .plugin import load
-        return load(name)
+        from .plugin import load_factory
+        return load_factory(name)
     known = ", ".join(described())
     raise InputError(f"unknown engine {name!r}; known engines: {known}, or a plug-in as pkg.module:factory or file.py:factory")
+
+
+def resolve(name: str):
+    """The adapter for an engine name, or InputError naming the known engines."""
+    if ":" in name and name.partition(":")[0] not in PREFIXED and name not in ENGINES:
+        from .plugin import load
+        return load(name)
+    return factory(name)()
