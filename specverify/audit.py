@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from specverify import __version__, stats
 from specverify.errors import AdapterError
 
-from .checks.base import ERROR, FAIL, PASS, SKIP, CheckResult, Context
+from .checks import onestep
+from .checks.base import ERROR, FAIL, PASS, SKIP, WARN, CheckResult, Context
 
 # the checks of the battery, in the order they run (module names under specverify.checks)
-BATTERY = ["marginal", "joint"]
+BATTERY = ["marginal", "joint", "acceptance", "endpoints", "composition", "greedy", "reproducibility",
+           "rng_discipline", "runs", "transforms", "identity"]
 
 
 @dataclass
@@ -34,6 +36,7 @@ class AuditResult:
     engine_version: str | None = None
     seconds: float = 0.0
     errors: list = field(default_factory=list)
+    check_seconds: dict = field(default_factory=dict)   # check module -> seconds it needs on its own
 
     def failed(self) -> list[CheckResult]:
         return [c for c in self.checks if c.verdict == FAIL]
@@ -50,6 +53,7 @@ class AuditResult:
             "seconds": round(self.seconds, 3),
             "checks": [c.to_dict() for c in self.checks],
             "errors": self.errors,
+            "check_seconds": {k: round(v, 3) for k, v in self.check_seconds.items()},
         }
 
 
@@ -63,26 +67,43 @@ def apply_holm(rows: list[CheckResult], ctx: Context) -> None:
     for r, rejected, adj in zip(tested, decision.rejected, decision.adjusted_p):
         r.verdict = FAIL if rejected else PASS
         r.data["holm_adjusted_p"] = float(adj)
-        if r.dof and r.dof > 0 and r.n > 0:
+        if r.power_fn is not None:
+            r.min_detectable_tv = float(r.power_fn(level))
+        elif r.dof and r.dof > 0 and r.n > 0:
             r.min_detectable_tv = float(stats.min_detectable_tv(r.n, r.dof, level, ctx.power))
 
 
-def run_audit(engine, ctx: Context, checks: list[str] | None = None) -> AuditResult:
-    """Run the battery (or the named checks) against `engine`; never raises for a failing engine."""
+def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=None) -> AuditResult:
+    """Run the battery (or the named checks) against `engine`; never raises for a failing engine
+    (an adapter that crashes, hangs or returns garbage raises AdapterError). `factory()` builds fresh
+    adapters of the same engine for the seeded checks (else ctx.factory; None skips them)."""
     start = time.perf_counter()
+    if factory is not None:
+        ctx.factory = factory
     rows: list[CheckResult] = []
+    seconds, paid = {}, {}
     for name in checks or BATTERY:
         module = importlib.import_module(f"specverify.checks.{name}")
         ctx.say(f"check {name}")
-        rows.extend(module.run(engine, ctx))
+        sampled = onestep.sampling_seconds(ctx)
+        t0 = time.perf_counter()
+        found = module.run(engine, ctx)
+        seconds[name] = time.perf_counter() - t0
+        paid[name] = onestep.sampling_seconds(ctx) - sampled
+        for r in found:
+            r.check = name
+        rows.extend(found)
+    # a check that reads the shared one-step samples needs their sampling time on its own
+    shared = onestep.sampling_seconds(ctx)
+    check_seconds = {k: v - paid[k] + (shared if k in onestep.USERS else 0.0) for k, v in seconds.items()}
     apply_holm(rows, ctx)
-    verdict = FAIL if any(r.verdict in (FAIL, ERROR) for r in rows) else PASS
+    verdict = FAIL if any(r.verdict in (FAIL, ERROR) for r in rows) else PASS      # warn and skip never fail
     if not any(r.verdict in (PASS, FAIL) for r in rows):
         raise AdapterError(f"engine {engine.name!r} supports none of the checks run (capabilities: "
                            f"{sorted(getattr(engine, 'capabilities', ()))})")
     return AuditResult(engine=engine.name, verdict=verdict, seed=ctx.seed, alpha=ctx.alpha, samples=ctx.samples,
                        checks=rows, engine_version=getattr(engine, "version", None),
-                       seconds=time.perf_counter() - start)
+                       seconds=time.perf_counter() - start, check_seconds=check_seconds)
 
 
-__all__ = ["AuditResult", "run_audit", "apply_holm", "Context", "PASS", "FAIL", "SKIP", "ERROR"]
+__all__ = ["AuditResult", "run_audit", "apply_holm", "Context", "PASS", "FAIL", "SKIP", "ERROR", "WARN", "BATTERY"]

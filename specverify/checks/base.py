@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 PASS, FAIL, SKIP, ERROR = "pass", "fail", "skip", "error"
+WARN = "warn"   # an observation outside the protocol's contract (e.g. a coin of exactly 1.0): reported, never fails
 
 
 def _num(x):
@@ -42,6 +43,10 @@ class CheckResult:
     exact: bool = False             # verdict from an exact comparison, not a test
     seconds: float = 0.0
     data: dict = field(default_factory=dict)   # observed/expected cells etc., for reports
+    check: str = ""                 # the battery module that produced the row (set by run_audit)
+    power_fn: object = field(default=None, repr=False, compare=False)
+    # power_fn(level) -> min detectable TV at that level, for rows whose power is not the chi-squared
+    # formula of (n, dof) (the binomial acceptance rows); not serialised
 
     @property
     def statistical(self) -> bool:
@@ -60,6 +65,7 @@ class CheckResult:
             "detail": self.detail,
             "seconds": round(self.seconds, 4),
             "data": self.data,
+            "check": self.check,
         }
 
 
@@ -76,6 +82,8 @@ class Context:
                                     # tail inflate false alarms ~1.4-2x, at 10 ~1.2-1.3x (stats docs)
     timeout: float = 120.0          # seconds one adapter call may take
     progress: object = None         # callable(str) or None
+    factory: object = None          # callable() -> a fresh adapter of the engine under audit (the
+                                    # seeded checks replay calls on fresh instances); None: skipped
 
     def rng(self, *key) -> np.random.Generator:
         """A generator seeded by the audit seed and a per-check key (strings hashed stably)."""

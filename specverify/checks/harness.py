@@ -1,10 +1,17 @@
 """Drive an engine under audit: pack many replicas of a problem into ragged verify batches, inject
 the coins, call the adapter (with a timeout), and check the shape of what comes back.
 
-The adapter's sampler-level methods (see `specverify.adapters.protocol`):
+The adapter's methods (protocol: `specverify.adapters.protocol`):
     verify(batch: VerifyBatch, coins: Coins) -> int [B, max_spec_len + 1], -1 padded   (chain, greedy)
     verify_block(batch, coins) -> same                                                 (block)
-    verify_tree(tree, target_probs, draft_probs, coins, final_coin) -> emitted ids      (tree)
+    verify_trees(batch: TreeBatch, coins: TreeCoins) -> int [B, depth + 1]              (tree, batched)
+    verify_tree(tree, target_probs, draft_probs, coins, final_coin) -> emitted ids      (tree, one request)
+    verify_seeded(batch, seeds) -> same as verify                                      (seeded)
+    generate(target, draft, prompt, kappa, transform, seed, n, length) -> tokens [n, length]
+             or (tokens, info)                                                         (engine)
+
+Every call runs under `call_with_timeout`: an adapter that raises, hangs or returns something that is
+not an integer array of the right shape with ids in [-1, V) is an AdapterError (one line; exit 2).
 """
 
 from __future__ import annotations
@@ -15,8 +22,8 @@ import numpy as np
 
 from specverify.errors import AdapterError
 from specverify.reference.batch import Coins, VerifyBatch
-from specverify.reference.tree import DraftTree
 
+from specverify.adapters.treebatch import TreeBatch, TreeCoins, shape_of
 from .problems import Problem, sample_rows
 
 CHUNK = 32_768  # requests per verify batch
@@ -39,28 +46,54 @@ def call_with_timeout(fn, *args, timeout: float, what: str):
         raise AdapterError(f"{what}: no answer within {timeout:g} s (hung?)")
     if "error" in box:
         exc = box["error"]
+        if isinstance(exc, AdapterError):
+            raise exc
         raise AdapterError(f"{what}: raised {type(exc).__name__}: {exc}".splitlines()[0]) from exc
     return box["value"]
 
 
-def check_output(out, batch: VerifyBatch, what: str) -> np.ndarray:
-    """The adapter's output as int64 [B, max_spec_len+1]; malformed output is an AdapterError."""
+def check_output(out, shape: tuple, vocab: int, what: str) -> np.ndarray:
+    """The adapter's output as int64 of `shape` with ids in [-1, vocab); else an AdapterError."""
     try:
         a = np.asarray(out)
     except Exception as exc:  # noqa: BLE001
         raise AdapterError(f"{what}: output is not an array ({exc})") from exc
-    want = (batch.batch_size, batch.max_spec_len + 1)
-    if a.shape != want:
-        raise AdapterError(f"{what}: output shape {a.shape}, expected {want}")
+    if a.shape != tuple(shape):
+        raise AdapterError(f"{what}: output shape {a.shape}, expected {tuple(shape)}")
     if a.size and not np.issubdtype(a.dtype, np.integer):
         raise AdapterError(f"{what}: output dtype {a.dtype} is not an integer type")
-    return a.astype(np.int64)
+    a = a.astype(np.int64)
+    bad = (a < -1) | (a >= vocab)
+    if bad.any():
+        raise AdapterError(f"{what}: output holds token id {int(a[bad][0])}, outside [-1, {vocab})")
+    return a
+
+
+def verified(engine, method: str, batch: VerifyBatch, coins, ctx, what: str) -> np.ndarray:
+    """engine.<method>(batch, coins) under the timeout, output checked."""
+    fn = getattr(engine, method)
+    res = call_with_timeout(fn, batch, coins, timeout=ctx.timeout, what=f"{engine.name}.{method} ({what})")
+    return check_output(res, (batch.batch_size, batch.max_spec_len + 1), batch.vocab_size, f"{engine.name}.{method}")
+
+
+def trusted_batch(draft_token_ids, num_draft_tokens, target_probs, draft_probs=None, greedy=None) -> VerifyBatch:
+    """A VerifyBatch the harness built and knows to be valid (rows of a validated problem), made
+    without re-validating millions of rows; `VerifyBatch(...)` validates everything it is given."""
+    batch = object.__new__(VerifyBatch)
+    num = np.asarray(num_draft_tokens, np.int64)
+    for name, value in (("draft_token_ids", np.asarray(draft_token_ids, np.int64)),
+                        ("num_draft_tokens", num),
+                        ("target_probs", np.ascontiguousarray(target_probs, np.float64)),
+                        ("draft_probs", None if draft_probs is None else np.ascontiguousarray(draft_probs, np.float64)),
+                        ("greedy", np.zeros(num.size, bool) if greedy is None else np.asarray(greedy, bool))):
+        object.__setattr__(batch, name, value)
+    return batch
 
 
 def replicate(problem: Problem, drafts: np.ndarray, greedy: bool = False) -> VerifyBatch:
     """One request per row of `drafts` [B, kappa], all with the problem's rows."""
     b, k = drafts.shape
-    return VerifyBatch(
+    return trusted_batch(
         draft_token_ids=drafts.reshape(-1),
         num_draft_tokens=np.full(b, k, np.int64),
         target_probs=np.tile(problem.target[None], (b, 1, 1)).reshape(-1, problem.vocab_size),
@@ -70,58 +103,113 @@ def replicate(problem: Problem, drafts: np.ndarray, greedy: bool = False) -> Ver
 
 
 def run_chain(engine, problem: Problem, n: int, rng: np.random.Generator, ctx, *, greedy: bool = False,
-              method: str = "verify", what: str = "") -> np.ndarray:
-    """n one-step samples of `problem` through engine.<method>; returns int64 [n, kappa + 1]."""
-    fn = getattr(engine, method)
+              method: str = "verify", what: str = ""):
+    """n one-step samples of `problem` through engine.<method>; returns (emitted int64 [n, kappa + 1],
+    drafts int64 [n, kappa])."""
+    out = np.empty((n, problem.kappa + 1), np.int64)
+    drafts = np.empty((n, problem.kappa), np.int64)
+    for s in range(0, n, CHUNK):
+        m = min(CHUNK, n - s)
+        d = problem.sample_drafts(m, rng)
+        batch = replicate(problem, d, greedy)
+        coins = Coins(rng.random(m * problem.kappa), rng.random(m))
+        out[s:s + m] = verified(engine, method, batch, coins, ctx, what)
+        drafts[s:s + m] = d
+    return out, drafts
+
+
+def run_seeded(engine, problem: Problem, n: int, rng: np.random.Generator, ctx, first_seed: int, what: str = ""):
+    """n one-step samples through engine.verify_seeded, request i seeded first_seed + i."""
     out = np.empty((n, problem.kappa + 1), np.int64)
     for s in range(0, n, CHUNK):
         m = min(CHUNK, n - s)
-        batch = replicate(problem, problem.sample_drafts(m, rng), greedy)
-        coins = Coins(rng.random(m * problem.kappa), rng.random(m))
-        res = call_with_timeout(fn, batch, coins, timeout=ctx.timeout, what=f"{engine.name}.{method} ({what})")
-        out[s:s + m] = check_output(res, batch, f"{engine.name}.{method}")
+        batch = replicate(problem, problem.sample_drafts(m, rng))
+        seeds = first_seed + s + np.arange(m, dtype=np.int64)
+        res = call_with_timeout(engine.verify_seeded, batch, seeds, timeout=ctx.timeout,
+                                what=f"{engine.name}.verify_seeded ({what})")
+        out[s:s + m] = check_output(res, (m, problem.kappa + 1), problem.vocab_size, f"{engine.name}.verify_seeded")
     return out
 
 
-def tree_for(problem: Problem, branching, rng: np.random.Generator):
-    """A draft tree with branching[d] children per node at depth d, tokens drawn i.i.d. from the
-    depth's draft row (or its top-k tokens when deterministic). Rows of target/draft per node."""
-    tokens, parents, depth_of = [], [], []
-    frontier = [(-1, 0)]
-    for d, k in enumerate(branching):
-        nxt = []
+# ------------------------------------------------------------------------------------------ trees
+
+def tree_batch(problem: Problem, branching, m: int, rng: np.random.Generator) -> TreeBatch:
+    """m requests of one tree shape (branching[d] children per node at depth d); node tokens drawn
+    i.i.d. from the depth's draft row (or its top-k tokens when deterministic)."""
+    parents = shape_of(branching)
+    depth = np.zeros(parents.size + 1, np.int64)          # depth[k + 1] of node k; row 0 the root
+    for k, par in enumerate(parents):
+        depth[k + 1] = depth[par + 1] + 1
+    node_depth = depth[1:] - 1                             # the depth of the row each node was drafted from
+    tokens = np.empty((m, parents.size), np.int64)
+    for d in range(len(branching)):
+        nodes = np.flatnonzero(node_depth == d)
         row = problem.draft[min(d, problem.kappa - 1)]
-        for parent, _ in frontier:
-            if problem.deterministic:
-                kids = np.argsort(-row, kind="stable")[:k]
-            else:
-                kids = sample_rows(row[None], rng.random((k, 1)))[:, 0]
-            for tok in kids:
-                tokens.append(int(tok))
-                parents.append(parent)
-                depth_of.append(d + 1)
-                nxt.append((len(tokens) - 1, d + 1))
-        frontier = nxt
-    tree = DraftTree(np.array(tokens, np.int64), np.array(parents, np.int64))
-    node_depth = np.array([0] + depth_of)
-    target = problem.target[np.minimum(node_depth, problem.kappa)]
-    draft = problem.draft[np.minimum(node_depth, problem.kappa - 1)]
-    return tree, target, draft
+        if problem.deterministic:
+            top = np.argsort(-row, kind="stable")[:branching[d]]
+            tokens[:, nodes] = np.tile(top, nodes.size // branching[d])[None, :]
+        else:
+            tokens[:, nodes] = sample_rows(np.repeat(row[None], nodes.size, axis=0), rng.random((m, nodes.size)))
+    target_rows = problem.target[np.minimum(depth, problem.kappa)]        # [N + 1, V]
+    draft_rows = problem.draft[np.minimum(depth, problem.kappa - 1)]
+    batch = object.__new__(TreeBatch)
+    object.__setattr__(batch, "parents", parents)
+    object.__setattr__(batch, "tokens", tokens)
+    object.__setattr__(batch, "target_probs", np.ascontiguousarray(np.broadcast_to(target_rows, (m,) + target_rows.shape)))
+    object.__setattr__(batch, "draft_probs", None if problem.deterministic else
+                       np.ascontiguousarray(np.broadcast_to(draft_rows, (m,) + draft_rows.shape)))
+    return batch
+
+
+def verified_trees(engine, batch: TreeBatch, coins: TreeCoins, ctx, what: str) -> np.ndarray:
+    """engine.verify_trees(batch, coins), or engine.verify_tree request by request (one timeout for
+    the whole batch) when only the one-request form exists."""
+    shape = (batch.batch_size, batch.depth + 1)
+    if hasattr(engine, "verify_trees"):
+        res = call_with_timeout(engine.verify_trees, batch, coins, timeout=ctx.timeout,
+                                what=f"{engine.name}.verify_trees ({what})")
+        return check_output(res, shape, batch.vocab_size, f"{engine.name}.verify_trees")
+
+    def one_by_one():
+        out = np.full(shape, -1, np.int64)
+        for b in range(batch.batch_size):
+            tree, target, draft = batch.request(b)
+            res = engine.verify_tree(tree, target, draft, coins.accept[b], float(coins.final[b]))
+            tok = np.asarray(res[0] if isinstance(res, tuple) else res).reshape(-1)
+            if not 1 <= tok.size <= shape[1]:
+                raise AdapterError(f"{engine.name}.verify_tree: emitted {tok.size} tokens, expected 1..{shape[1]}")
+            out[b, :tok.size] = tok
+        return out
+
+    res = call_with_timeout(one_by_one, timeout=ctx.timeout, what=f"{engine.name}.verify_tree ({what})")
+    return check_output(res, shape, batch.vocab_size, f"{engine.name}.verify_tree")
 
 
 def run_tree(engine, problem: Problem, n: int, rng: np.random.Generator, ctx, branching=(2, 2),
              what: str = "") -> np.ndarray:
     """n samples of one tree-verify step; returns int64 [n, depth + 1], -1 padded."""
-    width = len(branching) + 1
-    out = np.full((n, width), -1, np.int64)
-    fn = engine.verify_tree
-    for s in range(n):
-        tree, target, draft = tree_for(problem, branching, rng)
-        coins = rng.random(tree.size)
-        res = call_with_timeout(fn, tree, target, None if problem.deterministic else draft, coins, float(rng.random()),
-                                timeout=ctx.timeout, what=f"{engine.name}.verify_tree ({what})")
-        tok = np.asarray(res[0] if isinstance(res, tuple) else res, np.int64).reshape(-1)
-        if not 1 <= tok.size <= width:
-            raise AdapterError(f"{engine.name}.verify_tree: emitted {tok.size} tokens, expected 1..{width}")
-        out[s, :tok.size] = tok
+    out = np.full((n, len(branching) + 1), -1, np.int64)
+    for s in range(0, n, CHUNK):
+        m = min(CHUNK, n - s)
+        batch = tree_batch(problem, branching, m, rng)
+        out[s:s + m] = verified_trees(engine, batch, TreeCoins.random(batch, rng), ctx, what)
     return out
+
+
+# ------------------------------------------------------------------------------------------ engines
+
+def generated(engine, ctx, what: str, **kw):
+    """engine.generate(**kw) under the timeout: (tokens int64 [n, length], info dict)."""
+    res = call_with_timeout(lambda: engine.generate(**kw), timeout=ctx.timeout, what=f"{engine.name}.generate ({what})")
+    info = {}
+    if isinstance(res, tuple) and len(res) == 2:
+        res, info = res
+    elif isinstance(res, dict):
+        res, info = res.get("tokens"), res
+    elif hasattr(res, "tokens"):
+        info = {k: getattr(res, k) for k in ("num_steps", "num_drafted", "num_accepted") if hasattr(res, k)}
+        res = res.tokens
+    tokens = check_output(res, (kw["n"], kw["length"]), kw["target"].vocab_size, f"{engine.name}.generate")
+    if (tokens < 0).any():
+        raise AdapterError(f"{engine.name}.generate: returned fewer than {kw['length']} tokens for some run")
+    return tokens, dict(info or {})

@@ -10,6 +10,8 @@ laws come from `reference.laws` with `FixedRows` models.
     deterministic  q one-hot at the draft's argmax (n-gram / greedy draft), p ~ Dirichlet
     narrow         V = 2, kappa = 4, many samples                      small biases become visible
     near-tie       p rows whose top two tokens tie exactly or within 1 ulp (greedy tie-break)
+    padded         dirichlet rows whose drafts from position 1 on are padded (-1): the target row
+                   at the first padded position is drawn from as is (vLLM's grammar padding)
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class Problem:
     target: np.ndarray            # [kappa + 1, V]
     draft: np.ndarray             # [kappa, V]
     deterministic: bool = False
+    pad_from: int | None = None   # drafts at positions >= pad_from are padded (-1)
 
     @property
     def kappa(self) -> int:
@@ -44,6 +47,10 @@ class Problem:
 
     def law(self, kind: str = "chain", rule=laws.EXACT, branching=(2, 2)) -> laws.SequenceLaw:
         """The exact law of one step's emitted tokens under `kind` ("chain", "block", "tree")."""
+        if self.pad_from is not None:
+            # a padded position is a bonus position: the law of the problem cut before it
+            k = self.pad_from
+            return Problem(self.name, self.target[:k + 1], self.draft[:k], self.deterministic).law(kind, rule, branching)
         target, draft = self.models
         if kind == "block":
             d = laws.block_chunk_law(target, draft, (), self.kappa, self.deterministic)
@@ -61,8 +68,12 @@ class Problem:
     def sample_drafts(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """Draft tokens [n, kappa]: i.i.d. per position from q (or the fixed argmax tokens)."""
         if self.deterministic:
-            return np.broadcast_to(self.draft_tokens_fixed, (n, self.kappa)).copy()
-        return sample_rows(self.draft, rng.random((n, self.kappa)))
+            out = np.broadcast_to(self.draft_tokens_fixed, (n, self.kappa)).copy()
+        else:
+            out = sample_rows(self.draft, rng.random((n, self.kappa)))
+        if self.pad_from is not None:
+            out[:, self.pad_from:] = -1
+        return out
 
 
 def sample_rows(rows: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -132,6 +143,11 @@ def near_tie(rng, vocab=6, kappa=3) -> Problem:
     return Problem("near-tie", p, q)
 
 
+def padded(rng, vocab=8, kappa=3) -> Problem:
+    p = dirichlet(rng, vocab, kappa)
+    return Problem("padded", p.target, p.draft, pad_from=1)
+
+
 BUILDERS = {
     "dirichlet": dirichlet,
     "reversed": reversed_draft,
@@ -139,6 +155,7 @@ BUILDERS = {
     "deterministic": deterministic,
     "narrow": narrow,
     "near-tie": near_tie,
+    "padded": padded,
 }
 
 

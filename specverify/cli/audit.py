@@ -62,7 +62,7 @@ def table(result) -> str:
 
 
 def run(args) -> int:
-    from specverify.adapters.registry import resolve
+    from specverify.adapters.registry import factory
     from specverify.audit import Context, run_audit
     from specverify.errors import InputError
     from specverify.io import write_json
@@ -72,7 +72,8 @@ def run(args) -> int:
         raise InputError(f"--samples {args.samples}: need at least 100 samples per problem")
     if not 0 < args.alpha < 1:
         raise InputError(f"--alpha {args.alpha}: must be in (0, 1)")
-    engine = resolve(args.engine)
+    make = factory(args.engine)
+    engine = make()
     progress = Progress(quiet=args.quiet)
     ctx = Context(seed=args.seed, samples=args.samples, alpha=args.alpha, timeout=args.timeout, progress=progress)
     checks = args.checks.split(",") if args.checks else None
@@ -82,7 +83,7 @@ def run(args) -> int:
         if unknown:
             raise InputError(f"unknown check(s) {', '.join(unknown)}; available: {', '.join(BATTERY)}")
     try:
-        result = run_audit(engine, ctx, checks)
+        result = run_audit(engine, ctx, checks, factory=make)
     finally:
         progress.done()
     if args.json:

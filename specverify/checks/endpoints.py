@@ -1,0 +1,198 @@
+"""Coin endpoints and zero-probability tokens, checked exactly (no statistics).
+
+Every coin of a batch is set to one value: 0.0, the smallest positive double (5e-324), 1 - 2**-53 (the
+largest double below 1), 1 - 2**-24 (the largest float32 below 1) -- all inside the protocol's [0, 1)
+-- and 1.0, outside it (reported as `warn`, never a failure). The rows are built so that each endpoint
+meets its bug class:
+
+    target rows at draft positions  p = [0, .3, .2, .4, .1, 0]   (probability 0 at both ends)
+    draft rows                      q = [.4, .1, .1, .1, .1, .2] (mass on both p = 0 tokens)
+    residual max(0, p - q)            = [0, .2, .1, .3, 0, 0]     (ends in zeros)
+    bonus row                         = [0, .5, .5, 0, 0, 0]
+
+drafts 0 and 5 (p = 0) must be rejected by any coin, 0.0 included (`coin * q < p` is strict; vLLM's
+`p / q >= coin` is not); a draw with a coin near 1 must not walk past the last positive weight into the
+zeros (SGLang's float32 coins round 1 - 2**-53 up to 1.0). Requests: 1 and 2 drafts over {0, 5, 1, 3},
+deterministic drafts (q one-hot), zero-draft requests, padded drafts; the same with draft_probs None.
+
+Rows: `<rule>.zero_prob[coin=...]` -- no emitted token has target probability 0 at its position;
+`chain.structure` -- on these batches and on random ones, every row is a run of accepted drafts
+followed by one token: at most k + 1 tokens, no -1 between tokens, every token but the last equal to
+the draft at its position (catches keeping the tail after a rejection and accepting padded drafts).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specverify.reference.batch import Coins, VerifyBatch
+
+from specverify.adapters.treebatch import TreeBatch, TreeCoins, shape_of
+from . import harness
+from .base import FAIL, PASS, WARN, CheckResult, Timer
+
+IN_CONTRACT = {"0.0": 0.0, "5e-324": 5e-324, "1-2^-53": 1.0 - 2.0**-53, "1-2^-24": 1.0 - 2.0**-24}
+OUT_OF_CONTRACT = {"1.0": 1.0}
+
+P_DRAFT = np.array([0.0, 0.3, 0.2, 0.4, 0.1, 0.0])
+Q_DRAFT = np.array([0.4, 0.1, 0.1, 0.1, 0.1, 0.2])
+P_BONUS = np.array([0.0, 0.5, 0.5, 0.0, 0.0, 0.0])
+V = P_DRAFT.size
+
+
+def _onehot(x):
+    q = np.zeros(V)
+    q[x] = 1.0
+    return q
+
+
+def endpoint_requests(stochastic: bool):
+    """(drafts, target rows, draft rows or None, greedy) of every endpoint request."""
+    reqs = []
+    tokens = (0, 5, 1, 3) if stochastic else (0, 5, 3)
+    for k in (1, 2):
+        for combo in np.array(np.meshgrid(*[tokens] * k)).T.reshape(-1, k):
+            target = np.vstack([P_DRAFT] * k + [P_BONUS])
+            reqs.append((combo, target, np.vstack([Q_DRAFT] * k) if stochastic else None, False))
+            if stochastic:   # the same drafts as a deterministic draft in a stochastic batch: q one-hot
+                reqs.append((combo, target, np.vstack([_onehot(x) for x in combo]), False))
+    reqs.append((np.zeros(0, np.int64), P_BONUS[None], np.zeros((0, V)) if stochastic else None, False))
+    reqs.append((np.array([1, -1]), np.vstack([P_DRAFT, P_DRAFT, P_BONUS]),
+                 np.vstack([Q_DRAFT] * 2) if stochastic else None, False))
+    reqs.append((np.array([-1]), np.vstack([P_DRAFT, P_BONUS]), Q_DRAFT[None] if stochastic else None, False))
+    return reqs
+
+
+def endpoint_batches():
+    return [VerifyBatch.from_requests(endpoint_requests(True)), VerifyBatch.from_requests(endpoint_requests(False))]
+
+
+def zero_prob_violations(batch: VerifyBatch, out: np.ndarray) -> list[str]:
+    """Emitted tokens of target probability 0 at their position (row target_row_start + position)."""
+    found = []
+    t0 = batch.target_row_start
+    k = batch.num_draft_tokens
+    for b in range(batch.batch_size):
+        for i, tok in enumerate(out[b]):
+            if tok < 0 or i > k[b]:
+                continue
+            if batch.target_probs[t0[b] + i, tok] <= 0:
+                found.append(f"request {b} (drafts {batch.request(b)[0].tolist()}) emitted token {tok} of "
+                             f"probability 0 at position {i}")
+    return found
+
+
+def structure_violations(batch: VerifyBatch, out: np.ndarray) -> list[str]:
+    """Rows that are not 'accepted drafts, then one token' (see the module docstring)."""
+    found = []
+    k = batch.num_draft_tokens
+    for b in range(batch.batch_size):
+        row = out[b]
+        drafts = batch.request(b)[0]
+        n = int((row >= 0).sum())
+        if n == 0:
+            found.append(f"request {b} emitted nothing")
+        elif (row[:n] < 0).any():
+            found.append(f"request {b} emitted -1 between tokens: {row.tolist()}")
+        elif n > k[b] + 1:
+            found.append(f"request {b} emitted {n} tokens with {k[b]} drafts")
+        elif (row[:n - 1] != drafts[:n - 1]).any() or (drafts[:n - 1] < 0).any():
+            found.append(f"request {b} emitted {row[:n].tolist()} for drafts {drafts.tolist()}: a token before "
+                         f"the last is not the accepted draft at its position")
+    return found
+
+
+def random_batch(rng: np.random.Generator, n: int = 400, vocab: int = 6) -> VerifyBatch:
+    """A mixed random batch: 0..3 drafts, padded positions, greedy requests, zeros in the rows."""
+    reqs = []
+    for _ in range(n):
+        k = int(rng.integers(0, 4))
+        p = rng.dirichlet(np.full(vocab, 0.5), k + 1)
+        q = rng.dirichlet(np.full(vocab, 0.5), k)
+        x = np.array([int(np.searchsorted(np.cumsum(r), rng.random() * r.sum(), side="right")) for r in q], np.int64)
+        x = np.minimum(x, vocab - 1)
+        q[np.arange(k), x] += 0.05
+        q /= q.sum(axis=1, keepdims=True)
+        if k and rng.random() < 0.2:
+            x[int(rng.integers(0, k))] = -1
+        reqs.append((x, p, q, bool(rng.random() < 0.2)))
+    return VerifyBatch.from_requests(reqs)
+
+
+def _row(name, bad, n, seconds, warn=False, what=""):
+    if not bad:
+        return CheckResult(name, PASS, n=n, exact=True, seconds=seconds, detail=f"{n} requests: {what}")
+    return CheckResult(name, WARN if warn else FAIL, n=n, exact=True, seconds=seconds,
+                       detail=f"{len(bad)} violation(s); first: {bad[0]}" + (" (coin 1.0 is outside [0, 1): reported, not failed)" if warn else ""),
+                       data={"violations": bad[:20], "count": len(bad)})
+
+
+def _tree_batch(stochastic: bool) -> TreeBatch:
+    parents = shape_of((2, 2))
+    depth = np.array([0, 1, 1, 2, 2, 2, 2])                     # row depth (row 0: the root)
+    rows = np.where(depth[:, None] < 2, P_DRAFT[None], P_BONUS[None])
+    tokens = np.array([[a, b, c, d, e, f] for a in (0, 3) for b in (5, 1) for c in (0, 1) for d in (5, 2)
+                       for e in (3,) for f in (0,)])
+    m = tokens.shape[0]
+    target = np.broadcast_to(rows, (m,) + rows.shape).copy()
+    draft = np.broadcast_to(np.vstack([Q_DRAFT] * rows.shape[0]), target.shape).copy() if stochastic else None
+    return TreeBatch(parents, tokens, target, draft)
+
+
+def _tree_zero_violations(batch: TreeBatch, out) -> list[str]:
+    depth_row = {0: P_DRAFT, 1: P_DRAFT, 2: P_BONUS}
+    bad = []
+    for b in range(batch.batch_size):
+        for d, tok in enumerate(out[b]):
+            if tok >= 0 and depth_row[d][tok] <= 0:
+                bad.append(f"request {b} (tree tokens {batch.tokens[b].tolist()}) emitted token {tok} of probability 0 at depth {d}")
+    return bad
+
+
+def run(engine, ctx) -> list[CheckResult]:
+    caps = set(getattr(engine, "capabilities", ()))
+    rows = []
+    coins_all = {**IN_CONTRACT, **OUT_OF_CONTRACT}
+    methods = [("chain", "verify")] if "chain" in caps else []
+    if "block" in caps:
+        methods.append(("block", "verify_block"))
+    structure_bad, structure_n = [], 0
+    for rule, method in methods:
+        for label, c in coins_all.items():
+            with Timer() as t:
+                bad, n = [], 0
+                for batch in endpoint_batches():
+                    coins = Coins(np.full(int(batch.num_draft_tokens.sum()), c), np.full(batch.batch_size, c))
+                    out = harness.verified(engine, method, batch, coins, ctx, f"{rule} endpoint coin {label}")
+                    bad += zero_prob_violations(batch, out)
+                    n += batch.batch_size
+                    if rule == "chain" and label in IN_CONTRACT:
+                        structure_bad += structure_violations(batch, out)
+                        structure_n += batch.batch_size
+            out_of_contract = label in OUT_OF_CONTRACT
+            rows.append(_row(f"{rule}.zero_prob[coin={label}{', out of contract' if out_of_contract else ''}]",
+                             bad, n, t.seconds, warn=out_of_contract, what="no token of probability 0 emitted"))
+    if "chain" in caps:
+        with Timer() as t:
+            rng = ctx.rng("structure")
+            for _ in range(3):
+                batch = random_batch(rng)
+                out = harness.verified(engine, "verify", batch, Coins.random(batch, rng), ctx, "structure")
+                structure_bad += structure_violations(batch, out) + zero_prob_violations(batch, out)
+                structure_n += batch.batch_size
+        rows.append(_row("chain.structure", structure_bad, structure_n, t.seconds,
+                         what="every row is accepted drafts followed by one token"))
+    if "tree" in caps and (hasattr(engine, "verify_trees") or hasattr(engine, "verify_tree")):
+        for label, c in coins_all.items():
+            with Timer() as t:
+                bad, n = [], 0
+                for stochastic in (True, False):
+                    batch = _tree_batch(stochastic)
+                    coins = TreeCoins(np.full(batch.tokens.shape, c), np.full(batch.batch_size, c))
+                    out = harness.verified_trees(engine, batch, coins, ctx, f"tree endpoint coin {label}")
+                    bad += _tree_zero_violations(batch, out)
+                    n += batch.batch_size
+            out_of_contract = label in OUT_OF_CONTRACT
+            rows.append(_row(f"tree.zero_prob[coin={label}{', out of contract' if out_of_contract else ''}]",
+                             bad, n, t.seconds, warn=out_of_contract, what="no token of probability 0 emitted"))
+    return rows

@@ -1,0 +1,44 @@
+"""Identity draft: with the target itself as the draft model, q = p at every position, so an exact
+verifier accepts every draft (alpha = 1 - TV(p, p) = 1). Checked exactly on the engine's counters:
+num_accepted == num_drafted, under a non-trivial transform (temperature 0.7, top-k 3).
+
+Catches bugs that cost speed without biasing the output -- the draft seen through a different
+transform than the target (temperature on the target only), a draft whose context falls behind the
+committed sequence, acceptance tests that reject tokens with p(x) = q(x) -- which no distributional
+check can see. Needs `generate` to report {"num_drafted", "num_accepted"} (engine level; the driver
+counts them at sampler level); otherwise the row is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+from specverify.reference.transforms import Transform
+
+from .base import FAIL, PASS, SKIP, CheckResult, Timer
+from .runs import SETUP, generate, levels
+
+TRANSFORM = Transform(temperature=0.7, top_k=3)
+LENGTH = 8
+RUNS = 2000
+
+
+def run(engine, ctx):
+    rows = []
+    target, _ = SETUP.models(ctx)
+    for level in levels(engine):
+        name = f"{level}.identity_draft[temperature=0.7 top_k=3, L={LENGTH}]"
+        with Timer() as t:
+            _, info = generate(engine, level, ctx, name, target=target, draft=target, prompt=SETUP.prompt,
+                               kappa=SETUP.kappa, transform=TRANSFORM, seed=7, n=RUNS, length=LENGTH)
+        drafted, accepted = info.get("num_drafted"), info.get("num_accepted")
+        if drafted is None or accepted is None:
+            rows.append(CheckResult(name, SKIP, n=RUNS, exact=True, seconds=t.seconds,
+                                    detail="generate() reported no num_drafted/num_accepted counters"))
+        elif int(drafted) > 0 and int(accepted) == int(drafted):
+            rows.append(CheckResult(name, PASS, n=RUNS, exact=True, seconds=t.seconds,
+                                    detail=f"all {int(drafted)} drafts accepted (alpha = 1)", data=dict(info)))
+        else:
+            rows.append(CheckResult(name, FAIL, n=RUNS, exact=True, seconds=t.seconds,
+                                    detail=f"draft = target, but only {int(accepted)} of {int(drafted)} drafts accepted "
+                                           f"(alpha = {int(accepted) / max(int(drafted), 1):.4f}, must be 1)",
+                                    data=dict(info)))
+    return rows
