@@ -1,0 +1,148 @@
+"""The bug zoo as a whole: audit the reference and every mutant, and tabulate which check catches which.
+
+`run_zoo(...)` audits "reference" and each `mutant:<name>` (`adapters.mutants.MUTANTS`) with the same
+settings, in `jobs` worker processes (one audit per task; numba limited to one thread per worker so
+that two workers share two cores), and returns a `ZooResult`:
+
+    matrix[engine][check]   "X" some row of that check failed, "." every row passed, "-" no row
+                            applies (the engine lacks the capability), "s" skipped, "E" adapter error
+    caught                  engine -> verdict == "fail" (for the reference: must be False)
+    catch_seconds[engine]   seconds the fastest catching check needs on its own
+
+`ok` is True iff the reference passes and every mutant is caught.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from .audit import BATTERY
+
+
+@dataclass
+class ZooResult:
+    engines: list
+    checks: list
+    matrix: dict
+    verdicts: dict
+    seconds: dict
+    catch_seconds: dict
+    caught_by: dict
+    errors: dict
+    audits: dict = field(default_factory=dict)
+    wall_seconds: float = 0.0
+    settings: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        if self.verdicts.get("reference") != "pass":
+            return False
+        return all(self.verdicts.get(e) == "fail" for e in self.engines if e != "reference")
+
+    def missed(self) -> list:
+        return [e for e in self.engines if e != "reference" and self.verdicts.get(e) != "fail"]
+
+    def to_dict(self) -> dict:
+        return {
+            "ok": self.ok,
+            "settings": self.settings,
+            "wall_seconds": round(self.wall_seconds, 2),
+            "checks": self.checks,
+            "engines": {
+                e: {"verdict": self.verdicts.get(e), "caught_by": self.caught_by.get(e, []),
+                    "row": self.matrix.get(e, {}), "seconds": round(self.seconds.get(e, 0.0), 3),
+                    "catch_seconds": None if self.catch_seconds.get(e) is None else round(self.catch_seconds[e], 3),
+                    "error": self.errors.get(e), "audit": self.audits.get(e)}
+                for e in self.engines},
+        }
+
+
+def _slim(audit: dict) -> dict:
+    """An audit dict without the per-row cell data (the zoo JSON stays small)."""
+    out = dict(audit)
+    out["checks"] = [{k: v for k, v in c.items() if k != "data"} for c in audit["checks"]]
+    return out
+
+
+def audit_one(name: str, settings: dict) -> dict:
+    """Audit one engine by name (runs in a worker); returns the slim audit dict or the error line."""
+    from .adapters.registry import factory
+    from .audit import Context, run_audit
+    from .errors import AdapterError, InputError
+
+    start = time.perf_counter()
+    try:
+        make = factory(name)
+        result = run_audit(make(), Context(**settings), factory=make)
+        return {"name": name, "audit": _slim(result.to_dict()), "seconds": time.perf_counter() - start}
+    except (AdapterError, InputError) as exc:
+        return {"name": name, "error": str(exc), "seconds": time.perf_counter() - start}
+
+
+def _worker_init():
+    os.environ["NUMBA_NUM_THREADS"] = "1"
+
+
+def engine_names() -> list:
+    from .adapters.mutants import MUTANTS
+    return ["reference"] + [f"mutant:{m}" for m in MUTANTS]
+
+
+def run_zoo(names=None, *, seed: int = 0, samples: int = 200_000, alpha: float = 1e-3, timeout: float = 120.0,
+            jobs: int | None = None, progress=None) -> ZooResult:
+    names = list(names or engine_names())
+    settings = {"seed": seed, "samples": samples, "alpha": alpha, "timeout": timeout}
+    jobs = max(1, jobs or min(len(names), os.cpu_count() or 1))
+    start = time.perf_counter()
+    results = {}
+    if jobs == 1:
+        for name in names:
+            if progress:
+                progress(f"auditing {name}")
+            results[name] = audit_one(name, settings)
+    else:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+        # the slowest audits first, so that the two workers finish together
+        order = sorted(names, key=lambda n: (n != "reference", not n.startswith("mutant:") or "engine" in n))
+        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=_worker_init) as pool:
+            futures = {pool.submit(audit_one, name, settings): name for name in order}
+            for done, fut in enumerate(as_completed(futures), 1):
+                results[futures[fut]] = fut.result()
+                if progress:
+                    progress(f"{done}/{len(names)} audited ({futures[fut]})")
+    return tabulate(names, results, settings, time.perf_counter() - start)
+
+
+def tabulate(names, results, settings, wall) -> ZooResult:
+    matrix, verdicts, seconds, catch, caught_by, errors, audits = {}, {}, {}, {}, {}, {}, {}
+    for name in names:
+        res = results[name]
+        seconds[name] = res["seconds"]
+        if "error" in res:
+            errors[name] = res["error"]
+            verdicts[name] = "error"
+            matrix[name] = {c: "E" for c in BATTERY}
+            continue
+        audit = res["audit"]
+        audits[name] = audit
+        verdicts[name] = audit["verdict"]
+        row = {}
+        for check in BATTERY:
+            rows = [c for c in audit["checks"] if c["check"] == check]
+            verdict_set = {c["verdict"] for c in rows}
+            if not rows:
+                row[check] = "-"
+            elif "fail" in verdict_set:
+                row[check] = "X"
+            elif verdict_set <= {"skip"}:
+                row[check] = "s"
+            else:
+                row[check] = "."
+        matrix[name] = row
+        caught_by[name] = [c for c in BATTERY if row[c] == "X"]
+        times = [audit["check_seconds"].get(c) for c in caught_by[name] if audit["check_seconds"].get(c) is not None]
+        catch[name] = min(times) if times else None
+    return ZooResult(list(names), list(BATTERY), matrix, verdicts, seconds, catch, caught_by, errors, audits, wall, settings)
