@@ -313,6 +313,34 @@ MUTANTS = {
 }
 
 
+# the checks each mutant is meant to be caught by (tests/test_battery_checks.py holds the battery to it;
+# `specverify zoo` shows every check that catches it)
+TARGETS = {
+    "threshold-on-p": ("acceptance", "marginal", "identity"),
+    "topk-membership": ("acceptance", "marginal", "identity"),
+    "resample-from-p": ("marginal", "joint", "runs"),
+    "residual-not-normalised": ("marginal", "joint"),
+    "keep-tail": ("joint", "endpoints", "runs"),
+    "bonus-from-wrong-row": ("marginal", "joint", "composition"),
+    "coin-ge-zero": ("endpoints",),
+    "coin-one-past-cdf": ("endpoints",),
+    "threshold_acc=0.5": ("acceptance", "marginal", "runs"),
+    "threshold_single=0.3": ("acceptance", "marginal", "runs"),
+    "rng-consumed-for-zero-draft": ("rng_discipline",),
+    "temperature-on-target-only": ("identity",),
+    "argmax-tie-highest": ("greedy",),
+    "stale-kv": ("runs",),
+    "coin-reused-for-residual": ("marginal", "joint"),
+    "padded-draft-indexed": ("endpoints", "marginal"),
+    "sample-is-argmax": ("marginal", "runs"),
+    "sampler-match": ("acceptance", "identity"),
+    "seed-shared-stream": ("reproducibility", "rng_discipline"),
+    "draft-q-unprocessed": ("transforms",),
+    "argmax-draft-soft-q": ("runs",),
+    "draft-kv-rewind": ("identity",),
+}
+
+
 def make(name: str):
     """`mutant:<name>` -> a fresh mutant adapter."""
     cls = MUTANTS.get(name)

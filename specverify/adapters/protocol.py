@@ -2,16 +2,57 @@
 
     name: str                      shown in reports
     version: str | None            the engine's version, recorded in every result
-    capabilities: set[str]         which checks apply: "chain", "greedy", "block", "tree", ...
+    capabilities: set[str]         which checks apply (below); the audit skips what is not declared
 
-Sampler level -- the harness injects every coin (layout: `specverify.reference.batch`):
+The audit calls an adapter from one thread at a time, under a per-call timeout (`--timeout`). Ids it
+returns must be integers in [-1, V); anything else (wrong shape, floats, out-of-range ids), an
+exception or a timeout ends the audit with a one-line error (exit 2). A fresh adapter is built with
+the factory whenever a check needs one (the seeded checks replay calls on fresh instances).
+
+Sampler level -- the harness injects every coin (layout and worked example: `reference.batch`):
 
     verify(batch: VerifyBatch, coins: Coins) -> int array [B, max_spec_len + 1]
-        chain rule for requests with greedy == False, argmax rule for greedy == True; each row the
-        emitted tokens left-aligned, padded with -1. Capabilities "chain" and/or "greedy".
-    verify_block(batch, coins) -> same, block verification. Capability "block".
-    verify_tree(tree: DraftTree, target_probs [N+1, V], draft_probs [N+1, V] | None,
-                coins [N], final_coin) -> emitted token ids (or (ids, accepted nodes)). Capability "tree".
+        the chain rule for requests with greedy == False, the argmax rule (lowest index on ties,
+        no coins) for greedy == True; each row the emitted tokens left-aligned, -1 padded. A draft id
+        of -1 (padding) is never accepted. Capabilities "chain" and/or "greedy".
+    verify_block(batch, coins) -> same, block verification (Sun et al.). Capability "block".
+    verify_trees(batch: TreeBatch, coins: TreeCoins) -> int array [B, depth + 1]
+        recursive rejection over B draft trees of one shape (layout: `adapters.treebatch`), each row
+        the accepted path then one token, -1 padded. Capability "tree". The one-request form
+        verify_tree(tree: DraftTree, target_probs [N+1, V], draft_probs [N+1, V] | None, coins [N],
+        final_coin) -> emitted ids (or (ids, accepted nodes)) is accepted instead, and called once
+        per request (slow: only for small adapters).
+
+Seeded sampler level -- the adapter draws its own randomness (capability "seeded"):
+
+    verify_seeded(batch: VerifyBatch, seeds: int64 array [B]) -> same as verify
+        request b draws every random number of the call (its acceptance coins, its recovered or
+        bonus token) from its own generator, identified by seeds[b]: created from the seed the first
+        time the adapter sees it, and continued by later calls with the same seed -- the way an
+        engine keeps one generator per request across decode steps. Requirements the battery checks:
+        two fresh adapters given the same calls return the same tokens; a request's tokens, and what
+        it leaves in its generator, depend only on its own draft ids, rows, greedy flag and seed --
+        not on its position, its neighbours, the batch's max_spec_len or how many calls the adapter
+        has served; a request with no drafts draws the same amount whatever its neighbours draft;
+        with distinct seeds the tokens have the exact law.
+
+Engine level -- a black box, no coin access (capability "engine"):
+
+    generate(target, draft, prompt, kappa, transform, seed, n, length)
+        -> tokens int array [n, length], or (tokens, info)
+        target, draft   models over the same vocabulary: `reference.toy.ToyModel` objects
+                        (`vocab_size`, `logits(prefix) -> float64 [V]` with -inf for probability 0,
+                        `probs(prefix, transform)`, vectorised `logits_at(prefix_indices)`); the draft
+                        may be the target itself
+        prompt          tuple of token ids the runs start from
+        kappa           drafts per speculative step
+        transform       `reference.transforms.Transform(temperature, top_k, top_p)`: the sampling
+                        parameters, to be applied to the target's and the draft's logits alike
+                        (temperature 0 = greedy)
+        seed            the run's seed; n independent runs of `length` new tokens each
+        info            optional dict with "num_drafted" and "num_accepted" (totals over the runs):
+                        the identity-draft check needs them (draft = target must accept everything)
+    The checks compare the joint law of the n runs with the target's exact autoregressive law.
 
 A complete minimal adapter (the exact chain rule, by way of the reference) looks like this:
 
@@ -29,7 +70,7 @@ A complete minimal adapter (the exact chain rule, by way of the reference) looks
     def factory():
         return MySampler()
 
-and is audited with `specverify audit path/to/file.py:factory`.
+and is audited with `specverify audit path/to/file.py:factory` (the README has a longer one).
 """
 
-CAPABILITIES = ("chain", "greedy", "block", "tree")
+CAPABILITIES = ("chain", "greedy", "block", "tree", "seeded", "engine")

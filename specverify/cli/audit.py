@@ -72,8 +72,9 @@ def run(args) -> int:
         raise InputError(f"--samples {args.samples}: need at least 100 samples per problem")
     if not 0 < args.alpha < 1:
         raise InputError(f"--alpha {args.alpha}: must be in (0, 1)")
+    from specverify.checks.harness import call_with_timeout
     make = factory(args.engine)
-    engine = make()
+    engine = call_with_timeout(make, timeout=args.timeout, what=f"{args.engine}: building the adapter")
     progress = Progress(quiet=args.quiet)
     ctx = Context(seed=args.seed, samples=args.samples, alpha=args.alpha, timeout=args.timeout, progress=progress)
     checks = args.checks.split(",") if args.checks else None

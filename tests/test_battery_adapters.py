@@ -1,0 +1,157 @@
+"""Plug-in adapters through the CLI: a correct one passes, and every way an adapter can break -- an
+unknown name, a factory that raises, a crash, a hang, garbage output -- is one line on stderr and
+exit 2 (never a traceback). Also: the engine-level protocol through a plug-in, and the fresh-adapter
+factory the seeded checks need."""
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from specverify.adapters.registry import factory, resolve
+from specverify.audit import Context, run_audit
+from specverify.errors import AdapterError, InputError
+
+QUICK = ["--samples", "2000", "--checks", "endpoints,composition", "--timeout", "2", "--quiet"]
+
+GOOD = """
+from specverify.reference import fast
+
+class Good:
+    name = "good"
+    capabilities = {"chain", "greedy"}
+    def verify(self, batch, coins):
+        return fast.verify_batch(batch, coins)
+
+def factory():
+    return Good()
+"""
+
+BROKEN = {
+    "factory raises": ("def factory():\n    raise RuntimeError('no GPU here')\n", "RuntimeError: no GPU here"),
+    "import raises": ("raise ImportError('missing dependency')\n", "ImportError"),
+    "no capabilities": ("class A:\n    name = 'a'\n    capabilities = set()\ndef factory():\n    return A()\n", "no capabilities"),
+    "verify crashes": ("class A:\n    name = 'a'\n    capabilities = {'chain'}\n    def verify(self, batch, coins):\n"
+                       "        raise ValueError('index out of range')\ndef factory():\n    return A()\n",
+                       "raised ValueError: index out of range"),
+    "verify hangs": ("import time\nclass A:\n    name = 'a'\n    capabilities = {'chain'}\n    def verify(self, batch, coins):\n"
+                     "        time.sleep(60)\ndef factory():\n    return A()\n", "no answer within 2 s"),
+    "float output": ("import numpy as np\nclass A:\n    name = 'a'\n    capabilities = {'chain'}\n    def verify(self, batch, coins):\n"
+                     "        return np.zeros((batch.batch_size, batch.max_spec_len + 1))\ndef factory():\n    return A()\n",
+                     "is not an integer type"),
+    "wrong shape": ("import numpy as np\nclass A:\n    name = 'a'\n    capabilities = {'chain'}\n    def verify(self, batch, coins):\n"
+                    "        return np.zeros((batch.batch_size, 1), int)\ndef factory():\n    return A()\n", "output shape"),
+    "id out of range": ("import numpy as np\nclass A:\n    name = 'a'\n    capabilities = {'chain'}\n    def verify(self, batch, coins):\n"
+                        "        return np.full((batch.batch_size, batch.max_spec_len + 1), 99)\ndef factory():\n    return A()\n",
+                        "outside [-1,"),
+    "not an array": ("class A:\n    name = 'a'\n    capabilities = {'chain'}\n    def verify(self, batch, coins):\n"
+                     "        return None\ndef factory():\n    return A()\n", "output shape"),
+}
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "specverify", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=300)
+
+
+def assert_one_line_exit_2(proc, needle):
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("specverify: error:"), proc.stderr
+    assert "Traceback" not in proc.stderr and needle in lines[0], lines[0]
+
+
+def test_a_correct_plugin_passes(tmp_path):
+    (tmp_path / "good.py").write_text(GOOD)
+    proc = cli("audit", f"{tmp_path / 'good.py'}:factory", *QUICK)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_a_broken_plugin_is_one_line_and_exit_2(tmp_path, case):
+    source, needle = BROKEN[case]
+    path = tmp_path / "adapter.py"
+    path.write_text(source)
+    assert_one_line_exit_2(cli("audit", f"{path}:factory", *QUICK), needle)
+
+
+@pytest.mark.parametrize("spec, needle", [
+    ("no_such_module_xyz:factory", "no module named 'no_such_module_xyz'"),
+    ("/nonexistent/adapter.py:factory", "no such file"),
+    ("specverify.errors:no_such_factory", "has no attribute 'no_such_factory'"),
+    ("mutant:no-such-bug", "unknown mutant 'no-such-bug'"),
+    ("not-an-engine", "unknown engine 'not-an-engine'"),
+])
+def test_unknown_names_are_one_line_and_exit_2(spec, needle):
+    assert_one_line_exit_2(cli("audit", spec, *QUICK), needle)
+
+
+def test_the_seeded_checks_build_fresh_adapters_from_the_factory():
+    make = factory("reference")
+    a, b = make(), make()
+    assert a is not b and type(a) is type(b)
+    result = run_audit(a, Context(samples=2000), ["reproducibility", "rng_discipline"], factory=make)
+    assert result.verdict == "pass" and all(r.verdict == "pass" for r in result.checks)
+    skipped = run_audit(a, Context(samples=2000), ["reproducibility"], factory=None)
+    assert any(r.verdict == "skip" for r in skipped.checks)
+
+
+ENGINE = """
+import numpy as np
+from specverify.adapters.toyengine import SpecEngine
+
+class MyEngine:
+    name = "my-engine"
+    capabilities = {"engine"}
+    def __init__(self, report_counters):
+        self.inner = SpecEngine()
+        self.report_counters = report_counters
+    def generate(self, target, draft, prompt, kappa, transform, seed, n, length):
+        tokens, info = self.inner.generate(target, draft, prompt, kappa, transform, seed, n, length)
+        return (tokens, info) if self.report_counters else tokens
+
+def factory():
+    return MyEngine(True)
+
+def quiet_factory():
+    return MyEngine(False)
+"""
+
+
+def test_an_engine_level_plugin_is_audited_by_the_run_checks(tmp_path):
+    path = tmp_path / "engine.py"
+    path.write_text(ENGINE)
+    engine = resolve(f"{path}:factory")
+    result = run_audit(engine, Context(samples=20_000))
+    assert result.verdict == "pass"
+    assert {r.check for r in result.checks} == {"runs", "transforms", "identity"}
+    quiet = run_audit(resolve(f"{path}:quiet_factory"), Context(samples=5000), ["runs", "identity"])
+    assert [r.verdict for r in quiet.checks if r.check == "identity"] == ["skip"]   # no counters: says why
+
+
+def test_an_engine_with_no_applicable_check_is_an_error():
+    class Nothing:
+        name = "nothing"
+        capabilities = {"block"}
+    with pytest.raises(AdapterError, match="supports none of the checks"):
+        run_audit(Nothing(), Context(samples=1000), ["greedy"])
+
+
+def test_generate_returning_short_runs_is_garbage():
+    class Short:
+        name = "short"
+        capabilities = {"engine"}
+
+        def generate(self, target, draft, prompt, kappa, transform, seed, n, length):
+            out = np.zeros((n, length), np.int64)
+            out[:, -1] = -1
+            return out
+    with pytest.raises(AdapterError, match="fewer than"):
+        run_audit(Short(), Context(samples=1000), ["runs"])
+
+
+def test_lossy_names_still_fail_with_their_own_message():
+    with pytest.raises(InputError, match="unknown lossy rule"):
+        factory("lossy:nonsense")

@@ -1,0 +1,43 @@
+"""The battery against its positive control and the bug zoo, check by check, at the default sizes.
+
+- the reference passes every row of every check (no skip: it implements every protocol level);
+- each mutant fails each check it is meant for (`mutants.TARGETS`), run on its own (Holm over that
+  check's rows), with every failing row of a statistical check able to see the deviation
+  (min detectable TV stated);
+- every check of the battery is meant for at least one mutant (no dead weight).
+False alarms: the reference's audit is one fixed-seed draw of a family-wise 1e-3 test.
+"""
+
+import pytest
+
+from specverify.adapters.mutants import MUTANTS, TARGETS, make
+from specverify.adapters.reference import ReferenceEngine
+from specverify.audit import BATTERY, Context, run_audit
+
+
+def test_the_reference_passes_every_check_of_the_battery():
+    result = run_audit(ReferenceEngine(), Context(), factory=ReferenceEngine)
+    by_check = {c: [r for r in result.checks if r.check == c] for c in BATTERY}
+    assert all(by_check[c] for c in BATTERY), [c for c in BATTERY if not by_check[c]]
+    bad = [(r.name, r.verdict, r.detail) for r in result.checks if r.verdict != "pass"]
+    assert not bad
+    assert result.verdict == "pass"
+    stat = [r for r in result.checks if r.statistical]
+    assert len(stat) > 50 and all(0 < r.min_detectable_tv < 1 for r in stat)      # every row states its power
+
+
+def test_every_check_is_meant_for_some_mutant_and_every_mutant_has_targets():
+    assert set(TARGETS) == set(MUTANTS)
+    assert {c for checks in TARGETS.values() for c in checks} == set(BATTERY)
+
+
+@pytest.mark.parametrize("name", list(MUTANTS))
+def test_each_check_catches_the_mutants_it_is_meant_for(name):
+    checks = list(TARGETS[name])
+    engine = make(name)
+    result = run_audit(engine, Context(), checks, factory=lambda: make(name))
+    for check in checks:
+        failed = [r for r in result.checks if r.check == check and r.verdict == "fail"]
+        assert failed, f"{check} did not catch mutant:{name}"
+        for r in failed:
+            assert r.exact or (r.min_detectable_tv is not None and r.min_detectable_tv < 0.1)
