@@ -19,7 +19,9 @@ target_probs[row_start[b] : row_start[b] + kappa_b + 1] (row_start[b] = draft_st
 acceptance coins aligned with its drafts, its final coin final[b]. A greedy request uses no coin.
 
 Inputs are validated as the reference validates them (InputError, one line). The kernels run on a
-CUDA GPU when there is one, otherwise under TRITON_INTERPRET=1 (set before Python starts).
+CUDA GPU when there is one, otherwise under TRITON_INTERPRET=1 (set before Python starts). They are
+launched with enable_fp_fusion=False: no multiply-add is contracted to an FMA on a GPU, so every
+operation rounds exactly as NumPy's does.
 """
 
 from __future__ import annotations

@@ -28,5 +28,6 @@ def _bonus_kernel(target_ptr, num_draft_ptr, row_start_ptr, greedy_ptr, final_pt
 def bonus_tokens(target, num_draft, row_start, greedy, final, out):
     """Launcher: device tensors; out int64 [B]."""
     b = num_draft.shape[0]
-    _bonus_kernel[(b,)](target, num_draft, row_start, greedy, final, out, target.shape[1], target.stride(0))
+    _bonus_kernel[(b,)](target, num_draft, row_start, greedy, final, out, target.shape[1], target.stride(0),
+                        enable_fp_fusion=False)
     return out

@@ -55,5 +55,6 @@ def chain_verify(target, draft, draft_ids, num_draft, draft_start, row_start, gr
     has_q = draft is not None
     q = draft if has_q else target
     _chain_kernel[(b,)](target, q, draft_ids, num_draft, draft_start, row_start, greedy, accept, recovered,
-                        bonus, out, target.stride(0), q.stride(0), out.stride(0), HAS_Q=has_q)
+                        bonus, out, target.stride(0), q.stride(0), out.stride(0), HAS_Q=has_q,
+                        enable_fp_fusion=False)
     return out

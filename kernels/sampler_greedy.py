@@ -40,5 +40,6 @@ def greedy_verify(target, draft_ids, num_draft, draft_start, row_start, greedy, 
     """Launcher: device tensors (target float64 [rows, V]; int32 metadata; out int64 [B, L])."""
     b = num_draft.shape[0]
     _greedy_kernel[(b,)](target, draft_ids, num_draft, draft_start, row_start, greedy, out,
-                         target.shape[1], target.stride(0), out.stride(0), BLOCK_V=BLOCK_V)
+                         target.shape[1], target.stride(0), out.stride(0), BLOCK_V=BLOCK_V,
+                         enable_fp_fusion=False)
     return out

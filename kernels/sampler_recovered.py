@@ -48,5 +48,6 @@ def recovered_tokens(target, draft, draft_ids, req, local, row_start, greedy, fi
     has_q = draft is not None
     q = draft if has_q else target
     _recovered_kernel[(n,)](target, q, draft_ids, req, local, row_start, greedy, final, out,
-                            target.shape[1], target.stride(0), q.stride(0), HAS_Q=has_q)
+                            target.shape[1], target.stride(0), q.stride(0), HAS_Q=has_q,
+                            enable_fp_fusion=False)
     return out

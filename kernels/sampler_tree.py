@@ -66,22 +66,22 @@ def _tree_kernel(tokens_ptr, parents_ptr, target_ptr, draft_ptr, coins_ptr, fina
                         accepted = n_emit > 0
                     else:
                         for v0 in range(0, V, BLOCK_V):               # w = max(r - q, 0)
-                            k = v0 + offs
-                            m = k < V
+                            ks = v0 + offs
+                            m = ks < V
                             if HAS_Q:
-                                q = tl.load(q_ptr + k, mask=m, other=0.0)
+                                q = tl.load(q_ptr + ks, mask=m, other=0.0)
                             else:
-                                q = tl.where(k == x, 1.0, 0.0).to(tl.float64)
-                            rk = tl.load(r_ptr + k, mask=m, other=0.0)
-                            tl.store(w_ptr + k, tl.maximum(rk - q, 0.0), mask=m)
+                                q = tl.where(ks == x, 1.0, 0.0).to(tl.float64)
+                            rk = tl.load(r_ptr + ks, mask=m, other=0.0)
+                            tl.store(w_ptr + ks, tl.maximum(rk - q, 0.0), mask=m)
                         z = tl.full((), 0.0, tl.float64)
-                        for k in range(V):                            # sequential, like cumsum
-                            z += tl.load(w_ptr + k)
+                        for j in range(V):                            # sequential, like cumsum
+                            z += tl.load(w_ptr + j)
                         if z > 0:
                             for v0 in range(0, V, BLOCK_V):
-                                k = v0 + offs
-                                m = k < V
-                                tl.store(r_ptr + k, tl.load(w_ptr + k, mask=m, other=0.0) / z, mask=m)
+                                ks = v0 + offs
+                                m = ks < V
+                                tl.store(r_ptr + ks, tl.load(w_ptr + ks, mask=m, other=0.0) / z, mask=m)
             if not accepted:
                 mode = tl.full((), MODE_TARGET, tl.int32)
                 token = draw(r_ptr, r_ptr, -1, V, final_coin, mode)
@@ -100,5 +100,6 @@ def tree_verify(tokens, parents, target, draft, coins, final_coin: float, out_to
     w = torch.empty(v, dtype=torch.float64, device=target.device)
     final = torch.tensor([final_coin], dtype=torch.float64, device=target.device)   # a float arg would be fp32
     _tree_kernel[(1,)](tokens, parents, target, q, coins, final, r, w, out_tokens, out_path,
-                       n, v, target.stride(0), q.stride(0), HAS_Q=has_q, BLOCK_V=BLOCK_V)
+                       n, v, target.stride(0), q.stride(0), HAS_Q=has_q, BLOCK_V=BLOCK_V,
+                       enable_fp_fusion=False)
     return out_tokens, out_path
