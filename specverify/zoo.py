@@ -7,6 +7,7 @@ that two workers share two cores), and returns a `ZooResult`:
     matrix[engine][check]   "X" some row of that check failed, "." every row passed, "-" no row
                             applies (the engine lacks the capability), "s" skipped, "E" adapter error
     caught                  engine -> verdict == "fail" (for the reference: must be False)
+    seconds, cpu_seconds    wall and CPU seconds of each audit
     catch_seconds[engine]   seconds the fastest catching check needs on its own
 
 `ok` is True iff the reference passes and every mutant is caught.
@@ -34,6 +35,7 @@ class ZooResult:
     audits: dict = field(default_factory=dict)
     wall_seconds: float = 0.0
     settings: dict = field(default_factory=dict)
+    cpu_seconds: dict = field(default_factory=dict)      # CPU time of each audit (all its threads)
 
     @property
     def ok(self) -> bool:
@@ -53,6 +55,7 @@ class ZooResult:
             "engines": {
                 e: {"verdict": self.verdicts.get(e), "caught_by": self.caught_by.get(e, []),
                     "row": self.matrix.get(e, {}), "seconds": round(self.seconds.get(e, 0.0), 3),
+                    "cpu_seconds": round(self.cpu_seconds.get(e, 0.0), 3),
                     "catch_seconds": None if self.catch_seconds.get(e) is None else round(self.catch_seconds[e], 3),
                     "error": self.errors.get(e), "audit": self.audits.get(e)}
                 for e in self.engines},
@@ -72,13 +75,14 @@ def audit_one(name: str, settings: dict) -> dict:
     from .audit import Context, run_audit
     from .errors import AdapterError, InputError
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     try:
         make = factory(name)
         result = run_audit(make(), Context(**settings), factory=make)
-        return {"name": name, "audit": _slim(result.to_dict()), "seconds": time.perf_counter() - start}
+        out = {"name": name, "audit": _slim(result.to_dict())}
     except (AdapterError, InputError) as exc:
-        return {"name": name, "error": str(exc), "seconds": time.perf_counter() - start}
+        out = {"name": name, "error": str(exc)}
+    return {**out, "seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu}
 
 
 def _worker_init():
@@ -117,10 +121,11 @@ def run_zoo(names=None, *, seed: int = 0, samples: int = 200_000, alpha: float =
 
 
 def tabulate(names, results, settings, wall) -> ZooResult:
-    matrix, verdicts, seconds, catch, caught_by, errors, audits = {}, {}, {}, {}, {}, {}, {}
+    matrix, verdicts, seconds, catch, caught_by, errors, audits, cpu = {}, {}, {}, {}, {}, {}, {}, {}
     for name in names:
         res = results[name]
         seconds[name] = res["seconds"]
+        cpu[name] = res.get("cpu_seconds", 0.0)
         if "error" in res:
             errors[name] = res["error"]
             verdicts[name] = "error"
@@ -145,4 +150,5 @@ def tabulate(names, results, settings, wall) -> ZooResult:
         caught_by[name] = [c for c in BATTERY if row[c] == "X"]
         times = [audit["check_seconds"].get(c) for c in caught_by[name] if audit["check_seconds"].get(c) is not None]
         catch[name] = min(times) if times else None
-    return ZooResult(list(names), list(BATTERY), matrix, verdicts, seconds, catch, caught_by, errors, audits, wall, settings)
+    return ZooResult(list(names), list(BATTERY), matrix, verdicts, seconds, catch, caught_by, errors, audits, wall, settings,
+                     cpu_seconds=cpu)

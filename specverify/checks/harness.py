@@ -16,6 +16,7 @@ not an integer array of the right shape with ids in [-1, V) is an AdapterError (
 
 from __future__ import annotations
 
+import queue
 import threading
 
 import numpy as np
@@ -29,20 +30,45 @@ from .problems import Problem, sample_rows
 CHUNK = 32_768  # requests per verify batch
 
 
+class _Worker:
+    """One long-lived daemon thread that runs adapter calls (starting a thread per call costs more than
+    a small verify). A call that times out leaves the thread stuck in the adapter: it is abandoned and
+    the next call starts a new one."""
+
+    def __init__(self):
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self.loop, daemon=True, name="specverify-adapter").start()
+
+    def loop(self):
+        while True:
+            fn, args, box, done = self.jobs.get()
+            try:
+                box["value"] = fn(*args)
+            except BaseException as exc:  # noqa: BLE001 - an adapter may raise anything
+                box["error"] = exc
+            done.set()
+
+
+_worker: _Worker | None = None
+_worker_lock = threading.Lock()
+
+
 def call_with_timeout(fn, *args, timeout: float, what: str):
     """Call fn(*args); raise AdapterError if it raises or does not return within `timeout` s."""
+    global _worker
+    if threading.current_thread().name == "specverify-adapter":      # nested: already timed
+        return fn(*args)
+    with _worker_lock:
+        if _worker is None:
+            _worker = _Worker()
+        worker = _worker
     box: dict = {}
-
-    def target():
-        try:
-            box["value"] = fn(*args)
-        except BaseException as exc:  # noqa: BLE001 - an adapter may raise anything
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
+    done = threading.Event()
+    worker.jobs.put((fn, args, box, done))
+    if not done.wait(timeout):
+        with _worker_lock:
+            if _worker is worker:
+                _worker = None          # stuck in the adapter: the next call gets a new thread
         raise AdapterError(f"{what}: no answer within {timeout:g} s (hung?)")
     if "error" in box:
         exc = box["error"]

@@ -5,7 +5,8 @@ num_accepted == num_drafted, under a non-trivial transform (temperature 0.7, top
 Catches bugs that cost speed without biasing the output -- the draft seen through a different
 transform than the target (temperature on the target only), a draft whose context falls behind the
 committed sequence, acceptance tests that reject tokens with p(x) = q(x) -- which no distributional
-check can see. Needs `generate` to report {"num_drafted", "num_accepted"} (engine level; the driver
+check can see. Power: a rejection rate of 1 - 0.01^(1/D) over D drafts is seen with probability
+0.99 (about 3.5e-4 at the default 2000 runs of 8 tokens). Needs `generate` to report {"num_drafted", "num_accepted"} (engine level; the driver
 counts them at sampler level); otherwise the row is skipped with the reason.
 """
 
@@ -21,6 +22,12 @@ LENGTH = 8
 RUNS = 2000
 
 
+def power(drafted) -> float | None:
+    """The smallest per-draft rejection rate (the TV between the accept indicator and 'always') that
+    rejects at least one of `drafted` drafts with probability >= 0.99."""
+    return None if not drafted else float(1.0 - 0.01 ** (1.0 / int(drafted)))
+
+
 def run(engine, ctx):
     rows = []
     target, _ = SETUP.models(ctx)
@@ -34,10 +41,10 @@ def run(engine, ctx):
             rows.append(CheckResult(name, SKIP, n=RUNS, exact=True, seconds=t.seconds,
                                     detail="generate() reported no num_drafted/num_accepted counters"))
         elif int(drafted) > 0 and int(accepted) == int(drafted):
-            rows.append(CheckResult(name, PASS, n=RUNS, exact=True, seconds=t.seconds,
+            rows.append(CheckResult(name, PASS, n=RUNS, exact=True, seconds=t.seconds, min_detectable_tv=power(drafted),
                                     detail=f"all {int(drafted)} drafts accepted (alpha = 1)", data=dict(info)))
         else:
-            rows.append(CheckResult(name, FAIL, n=RUNS, exact=True, seconds=t.seconds,
+            rows.append(CheckResult(name, FAIL, n=RUNS, exact=True, seconds=t.seconds, min_detectable_tv=power(drafted),
                                     detail=f"draft = target, but only {int(accepted)} of {int(drafted)} drafts accepted "
                                            f"(alpha = {int(accepted) / max(int(drafted), 1):.4f}, must be 1)",
                                     data=dict(info)))

@@ -11,7 +11,8 @@ one), with the same settings, and print a matrix mutant x check:
   X  some row of the check failed      .  every row passed
   -  the check does not apply          s  skipped            E  the adapter errored
 
-followed by the seconds each audit took and the seconds its fastest catching check needs on its own.
+followed by each audit's wall and CPU seconds and the seconds its fastest catching check needs on
+its own.
 Exit 0 only if the reference passes and every mutant is caught; 1 otherwise; 2 on a usage error.
 """
 
@@ -36,12 +37,13 @@ def register(sub) -> None:
 def table(zoo) -> str:
     heads = [SHORT.get(c, c) for c in zoo.checks]
     width = max(len(e) for e in zoo.engines)
-    lines = [" " * width + "  " + " ".join(h.rjust(6) for h in heads) + "  verdict   audit s  catch s"]
+    lines = [" " * width + "  " + " ".join(h.rjust(6) for h in heads) + "  verdict   audit s    cpu s  catch s"]
     for e in zoo.engines:
         row = zoo.matrix[e]
         catch = zoo.catch_seconds.get(e)
         lines.append(e.ljust(width) + "  " + " ".join(row[c].rjust(6) for c in zoo.checks)
-                     + f"  {zoo.verdicts[e].upper():8s}{zoo.seconds[e]:8.2f} " + (f"{catch:8.2f}" if catch is not None else "       -"))
+                     + f"  {zoo.verdicts[e].upper():8s}{zoo.seconds[e]:8.2f} {zoo.cpu_seconds.get(e, 0.0):8.2f} "
+                     + (f"{catch:8.2f}" if catch is not None else "       -"))
     for e, err in zoo.errors.items():
         lines.append(f"  {e}: error: {err}")
     lines.append("")
@@ -50,7 +52,7 @@ def table(zoo) -> str:
     lines.append(f"zoo: {'OK' if zoo.ok else 'FAILED'} -- reference {zoo.verdicts.get('reference', '?').upper()}, "
                  f"{n_mut - len(missed)}/{n_mut} mutants caught"
                  + (f" (missed: {', '.join(missed)})" if missed else "")
-                 + f", {zoo.wall_seconds:.1f} s wall")
+                 + f", {zoo.wall_seconds:.1f} s wall, {sum(zoo.cpu_seconds.values()):.1f} s CPU in the audits")
     return "\n".join(lines)
 
 

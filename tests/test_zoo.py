@@ -1,0 +1,73 @@
+"""`specverify zoo` at the default sizes: the reference passes, every mutant fails, and each mutant is
+caught by every check it is meant for (`mutants.TARGETS`) inside the full battery; the JSON says so.
+Also `specverify audit mutant:<name>` as a single command and the CLI's usage errors."""
+
+import json
+import subprocess
+import sys
+
+from specverify.adapters.mutants import MUTANTS, TARGETS
+from specverify.audit import BATTERY
+from specverify.zoo import tabulate
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "specverify", *args], capture_output=True, text=True, timeout=900)
+
+
+def test_the_zoo_catches_every_mutant_and_passes_the_reference(tmp_path):
+    out = tmp_path / "zoo.json"
+    proc = cli("zoo", "--json", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    zoo = json.loads(out.read_text())
+    assert zoo["ok"] is True and zoo["checks"] == BATTERY
+    engines = zoo["engines"]
+    assert set(engines) == {"reference"} | {f"mutant:{m}" for m in MUTANTS}
+    assert engines["reference"]["verdict"] == "pass" and engines["reference"]["caught_by"] == []
+    assert set(engines["reference"]["row"].values()) == {"."}
+    for name, checks in TARGETS.items():
+        e = engines[f"mutant:{name}"]
+        assert e["verdict"] == "fail", name
+        for check in checks:
+            assert e["row"][check] == "X", (name, check, e["row"])
+        assert e["catch_seconds"] is not None
+    # the printed matrix has a line per engine and the summary
+    assert "22/22 mutants caught" in proc.stdout
+    for name in MUTANTS:
+        assert f"mutant:{name}" in proc.stdout
+
+
+def test_audit_of_one_mutant_fails_with_exit_1():
+    proc = cli("audit", "mutant:coin-ge-zero", "--checks", "endpoints", "--samples", "1000")
+    assert proc.returncode == 1, proc.stderr
+    assert "FAIL chain.zero_prob[coin=0.0]" in proc.stdout
+
+
+def test_zoo_usage_errors_are_exit_2():
+    proc = cli("zoo", "--only", "mutant:nope")
+    assert proc.returncode == 2 and "unknown zoo engine" in proc.stderr
+    proc = cli("zoo", "--samples", "10")
+    assert proc.returncode == 2 and "--samples" in proc.stderr
+
+
+def test_zoo_subset_runs_and_a_missed_mutant_or_a_failing_reference_is_not_ok():
+    proc = cli("zoo", "--only", "reference,mutant:argmax-tie-highest", "--samples", "2000", "--jobs", "1", "--quiet")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1/1 mutants caught" in proc.stdout
+
+    def audit(verdict, failing=()):
+        rows = [{"check": c, "verdict": "fail" if c in failing else "pass"} for c in BATTERY]
+        return {"audit": {"verdict": verdict, "checks": rows, "check_seconds": {c: 1.0 for c in BATTERY}}, "seconds": 1.0}
+
+    names = ["reference", "mutant:a", "mutant:b"]
+    ok = tabulate(names, {"reference": audit("pass"), "mutant:a": audit("fail", ["greedy"]),
+                          "mutant:b": audit("fail", ["runs", "joint"])}, {}, 1.0)
+    assert ok.ok and ok.caught_by["mutant:b"] == ["joint", "runs"] and ok.matrix["mutant:a"]["greedy"] == "X"
+    missed = tabulate(names, {"reference": audit("pass"), "mutant:a": audit("pass"), "mutant:b": audit("fail", ["runs"])}, {}, 1.0)
+    assert not missed.ok and missed.missed() == ["mutant:a"]
+    bad_ref = tabulate(names, {"reference": audit("fail", ["joint"]), "mutant:a": audit("fail", ["greedy"]),
+                               "mutant:b": audit("fail", ["runs"])}, {}, 1.0)
+    assert not bad_ref.ok
+    errored = tabulate(names, {"reference": audit("pass"), "mutant:a": {"error": "boom", "seconds": 0.1},
+                               "mutant:b": audit("fail", ["runs"])}, {}, 1.0)
+    assert not errored.ok and errored.matrix["mutant:a"]["greedy"] == "E"
