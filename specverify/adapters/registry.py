@@ -14,6 +14,11 @@ from specverify.errors import InputError
 # name -> (factory path, description). Add an engine by adding a line.
 ENGINES = {
     "reference": ("specverify.adapters.reference:ReferenceEngine", "the exact float64 reference rules (must pass)"),
+    "transformers": ("specverify.adapters.hf_transformers:make", "transformers' _speculative_sampling, injected coins (pip install 'specverify[transformers]')"),
+    "vllm": ("specverify.adapters.vllm:make", "vLLM v1 rejection_sample on CPU (TRITON_INTERPRET), injected coins"),
+    "sglang": ("specverify.adapters.sglang:chain", "SGLang chain_speculative_sampling_triton (classic) on CPU"),
+    "sglang-block": ("specverify.adapters.sglang:block", "SGLang chain_speculative_sampling_triton, block_verification=True"),
+    "sglang-tree-greedy": ("specverify.adapters.sglang:tree_greedy", "SGLang verify_tree_greedy_triton on CPU"),
 }
 
 # prefix -> (factory path taking the rest of the name, description)

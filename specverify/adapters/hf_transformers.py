@@ -1,0 +1,107 @@
+"""transformers' rejection rule for assisted generation, sampler level:
+`transformers.generation.utils._speculative_sampling` (batch size 1), with injected coins.
+
+The function takes logits and draws its own randomness; the adapter feeds it one request at a time:
+
+    candidate_input_ids [1, kappa]           the request's drafts (the function reads the last kappa ids)
+    candidate_logits    [1, kappa, V]        log(q) float32 (it takes softmax again); for a deterministic
+                                             draft, log of the one-hot row (0 at x, -inf elsewhere)
+    new_logits          [1, kappa + 1, V]    log(p) float32
+    accept coins  -> `torch.rand_like` inside the call returns the request's kappa coins (float32)
+    final coin    -> `torch.multinomial(p_prime, 1)` returns the inverse-CDF draw of the reference
+                     (`reference.sampling.draw`, float64 sequential sum) with the final coin; any row
+                     torch itself would refuse (NaN, inf, negative, zero sum) goes to the real
+                     torch.multinomial, which raises exactly as it does in transformers
+
+So under shared coins the emitted tokens are the reference's wherever the two rules agree; the only
+documented differences are transformers' own: acceptance is `coin <= p/q` (the reference: coin * q < p)
+and float32 probabilities.
+
+Requests with zero drafts and greedy requests are not something `_speculative_sampling` handles
+(transformers samples those in the plain decode path): the adapter emits their bonus token itself
+(inverse CDF of p with the final coin) -- capability "chain" only, batches from the harness always
+have kappa >= 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from specverify.errors import AdapterError
+from specverify.reference.sampling import draw
+
+from . import installed
+
+
+class TransformersSampler:
+    name = "transformers"
+    capabilities = {"chain"}
+
+    def __init__(self):
+        self.utils = installed.load("transformers", "transformers.generation.utils")
+        import torch
+        self.torch = torch
+        self.version = installed.engine_version("transformers")
+        self._accept = None
+        self._final = None
+        self._real_rand_like = torch.rand_like
+        self._real_multinomial = torch.multinomial
+
+    def _rand_like(self, x, *a, **k):
+        coins = self.torch.from_numpy(self._accept.astype(np.float32))
+        if coins.shape != x.shape:
+            coins = coins.reshape(x.shape)
+        return coins
+
+    def _multinomial(self, probs, num_samples, *a, **k):
+        row = probs.detach().double().reshape(-1, probs.shape[-1])
+        bad = not bool(self.torch.isfinite(row).all()) or bool((row < 0).any()) or not bool((row.sum(-1) > 0).all())
+        if bad or row.shape[0] != 1 or num_samples != 1:
+            return self._real_multinomial(probs, num_samples, *a, **k)
+        tok = draw(row[0].numpy(), self._final)
+        return self.torch.tensor([[tok]], dtype=self.torch.long)
+
+    @contextlib.contextmanager
+    def injected(self):
+        torch = self.torch
+        torch.rand_like, torch.multinomial = self._rand_like, self._multinomial
+        try:
+            yield
+        finally:
+            torch.rand_like, torch.multinomial = self._real_rand_like, self._real_multinomial
+
+    def one(self, drafts, target, draft, accept, final):
+        """One request through _speculative_sampling; returns the emitted token ids."""
+        torch = self.torch
+        k = drafts.size
+        if k == 0:
+            return np.array([draw(target[0], final)])
+        if draft is None:
+            draft = np.zeros((k, target.shape[1]))
+            draft[np.arange(k), drafts] = 1.0
+        with np.errstate(divide="ignore"):
+            cand_logits = torch.from_numpy(np.log(draft).astype(np.float32))[None]
+            new_logits = torch.from_numpy(np.log(target).astype(np.float32))[None]
+        self._accept, self._final = np.asarray(accept, np.float64), float(final)
+        with self.injected():
+            tokens, _ = self.utils._speculative_sampling(torch.from_numpy(drafts.astype(np.int64))[None], cand_logits,
+                                                         k, new_logits)
+        return tokens.reshape(-1).numpy()
+
+    def verify(self, batch, coins):
+        if batch.greedy.any():
+            raise AdapterError("transformers' _speculative_sampling has no greedy mode (greedy assisted "
+                               "generation compares argmaxes in the decode loop)")
+        out = np.full((batch.batch_size, batch.max_spec_len + 1), -1, np.int64)
+        for b in range(batch.batch_size):
+            drafts, target, draft, _ = batch.request(b)
+            s = int(batch.draft_start[b])
+            tok = self.one(drafts, target, draft, coins.accept[s:s + drafts.size], coins.final[b])
+            out[b, :tok.size] = tok
+        return out
+
+
+def make():
+    return TransformersSampler()

@@ -1,0 +1,76 @@
+"""Engines nobody here wrote, loaded at run time from their installed packages.
+
+Nothing of an engine's code lives in this repository: an adapter imports the engine's own module
+(vLLM's `vllm.v1.sample.rejection_sampler`, SGLang's `sglang.kernels.ops.speculative.*`,
+transformers' `transformers.generation.utils`) and calls it. When the engine is not importable the
+adapter raises `InputError` with one line saying how to install it (the CLI exits 2).
+
+vLLM and SGLang are large wheels with GPU dependencies; they are installed `--no-deps` into a folder
+outside the main environment (see the README, "Audits of other engines") and found through
+PYTHONPATH. Their Triton kernels run on CPU under `TRITON_INTERPRET=1`, which must be set before
+the engine module is imported (triton decides at decoration time); `interpreted()` does that.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+
+from specverify.errors import InputError
+
+# pinned versions: the committed reports were made with exactly these
+PINS = {"transformers": "5.24.0", "vllm": "0.33.0", "sglang": "0.5.23"}
+
+ENGINE_DIR = "/tmp/sv-engines"
+DEPS_DIR = "/tmp/sv-deps"
+HINTS = {
+    "transformers": "pip install 'specverify[transformers]'   (transformers 5.x, accelerate)",
+    "vllm": (f"pip install --no-deps --target {ENGINE_DIR} vllm==0.33.0 and its pure-Python imports "
+             f"(README: 'Audits of other engines'), then run with PYTHONPATH={ENGINE_DIR}:{DEPS_DIR}"),
+    "sglang": (f"pip install --no-deps --target {ENGINE_DIR} sglang==0.5.23 and its pure-Python imports "
+               f"(README: 'Audits of other engines'), then run with PYTHONPATH={ENGINE_DIR}:{DEPS_DIR}"),
+}
+
+
+def version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def available(module: str) -> bool:
+    """True if `module` (a top-level package) can be found, without importing it."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def interpreted() -> None:
+    """Run Triton kernels on CPU: must precede the import of the engine's kernel modules."""
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    if os.environ["TRITON_INTERPRET"] != "1":
+        raise InputError("TRITON_INTERPRET is set to something other than 1: the engine's Triton kernels "
+                         "can only run on CPU in the interpreter")
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+
+
+def load(engine: str, module: str):
+    """Import `module` of `engine`, or InputError with the install hint (one line)."""
+    top = module.split(".")[0]
+    if not available(top):
+        raise InputError(f"{engine} is not installed; to audit it: {HINTS[engine]}")
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise InputError(f"{engine} is installed but {module} does not import ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0]}); {HINTS[engine]}") from None
+
+
+def engine_version(engine: str) -> str:
+    """'<installed version>' and a note when it differs from the pin the reports were made with."""
+    v = version(engine) or "unknown"
+    return v if v == PINS.get(engine) else f"{v} (reports pinned to {PINS.get(engine)})"

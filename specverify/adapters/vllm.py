@@ -1,0 +1,124 @@
+"""vLLM's v1 rejection sampler (`vllm/v1/sample/rejection_sampler.py::rejection_sample`), on CPU.
+
+What runs is vLLM's own code from the installed wheel: `rejection_sample`, its greedy and random
+Triton kernels and its recovered-token kernel, under TRITON_INTERPRET=1. The adapter only translates
+the layout and injects the randomness:
+
+    ours (specverify.reference.batch)          vLLM
+    draft_token_ids [T], -1 padded         ->  draft_token_ids int32 [T]         (same layout)
+    num_draft_tokens [B]                   ->  num_draft_tokens list, cu_num_draft_tokens int32 [B]
+    target_probs [T + B, V]                ->  target_logits = log(p) float32 [T, V] (draft rows only;
+                                               vLLM takes the softmax again: p up to float32 rounding)
+    draft_probs [T, V] | None              ->  draft_probs float32 [T, V] | None (NO_DRAFT_PROBS)
+    greedy [B]                             ->  sampling_metadata.temperature 0 (greedy) / 1
+    accept coins [T]                       ->  returned by a replaced `generate_uniform_probs`
+    final coin [B]                         ->  the bonus token, drawn here from p_kappa by the reference's
+                                               inverse CDF (vLLM samples bonus tokens in its main
+                                               Sampler and passes them in: `bonus_token_ids`)
+
+Recovered tokens come from vLLM's own Exp(1) race (`sample_recovered_tokens_kernel`: argmax of
+max(0, p - q) / E). The exponentials are drawn here from a generator seeded by the final coins, so a
+call is reproducible; `exponentials` can be set to inject them. The kernel is launched with a vocab
+tile of next_pow2(V) instead of vLLM's 8192: for V <= 8192 both are one tile, the same reduction;
+in the interpreter the small tile is ~2x faster. Set `stock_recovered = True` to call vLLM's own
+`sample_recovered_tokens` unchanged instead (torch's global RNG, seeded the same way).
+
+Hence the documented difference from the reference under shared coins: the acceptance decisions and
+the bonus token are the reference's, token for token; a recovered token is drawn from the same
+residual law by a different mechanism (Exp race instead of inverse CDF).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from specverify.reference.sampling import argmax_lowest, draw
+
+from . import installed
+
+MODULE = "vllm.v1.sample.rejection_sampler"
+
+
+class VllmSampler:
+    name = "vllm"
+    capabilities = {"chain", "greedy"}
+
+    def __init__(self):
+        installed.interpreted()
+        self.rs = installed.load("vllm", MODULE)
+        self.metadata_cls = installed.load("vllm", "vllm.v1.sample.metadata").SamplingMetadata
+        import torch
+        import triton
+        self.torch, self.triton = torch, triton
+        self.version = installed.engine_version("vllm")
+        self.exponentials = None          # callable (batch_size, V) -> float32 ndarray, or None
+        self.stock_recovered = False
+        self._orig_recovered = self.rs.sample_recovered_tokens
+        self._coins = None
+
+    # -- injected randomness ------------------------------------------------------------------
+    def _uniform(self, num_tokens, num_draft_tokens, generators, device):
+        return self._coins
+
+    def _exp(self, seed, shape):
+        if self.exponentials is not None:
+            return self.torch.as_tensor(np.asarray(self.exponentials(*shape), np.float32))
+        g = self.torch.Generator().manual_seed(seed)
+        return self.torch.empty(shape, dtype=self.torch.float32).exponential_(generator=g)
+
+    def _recovered(self, max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids, draft_probs,
+                   target_probs, sampling_metadata, device, use_fp64_gumbel=False):
+        torch = self.torch
+        vocab = target_probs.shape[-1]
+        inv_q = self._exp(self._seed, (len(num_draft_tokens), vocab)).reciprocal()
+        out = torch.empty_like(draft_token_ids)
+        if max_spec_len == 0:
+            return out
+        self.rs.sample_recovered_tokens_kernel[(len(num_draft_tokens), max_spec_len)](
+            out, cu_num_draft_tokens, draft_token_ids, draft_probs, target_probs, inv_q, vocab,
+            BLOCK_SIZE=self.triton.next_power_of_2(vocab), NO_DRAFT_PROBS=draft_probs is None,
+            USE_FP64_GUMBEL=False)
+        return out
+
+    # -- the protocol -------------------------------------------------------------------------
+    def verify(self, batch, coins):
+        torch = self.torch
+        b, vocab = batch.batch_size, batch.vocab_size
+        is_draft_row = np.ones(batch.target_probs.shape[0], bool)
+        bonus_rows = batch.target_row_start + batch.num_draft_tokens
+        is_draft_row[bonus_rows] = False
+        with np.errstate(divide="ignore"):
+            logits = torch.from_numpy(np.log(batch.target_probs[is_draft_row]).astype(np.float32))
+        greedy = batch.greedy
+        bonus = np.array([argmax_lowest(batch.target_probs[r]) if g else draw(batch.target_probs[r], float(c))
+                          for r, g, c in zip(bonus_rows, greedy, coins.final)], np.int64)
+        metadata = self.metadata_cls(
+            temperature=torch.from_numpy(np.where(greedy, 0.0, 1.0).astype(np.float32)),
+            all_greedy=bool(greedy.all()), all_random=bool((~greedy).all()), top_p=None, top_k=None,
+            generators={}, max_num_logprobs=None, no_penalties=True, prompt_token_ids=None,
+            frequency_penalties=None, presence_penalties=None, repetition_penalties=None, output_token_ids=[],
+            allowed_token_ids_mask=None, bad_words_token_ids={}, logitsprocs=None)
+        draft = None if batch.draft_probs is None else torch.from_numpy(batch.draft_probs.astype(np.float32))
+        self._coins = torch.from_numpy(np.ascontiguousarray(coins.accept, np.float64))
+        self._seed = int.from_bytes(hashlib.blake2b(np.ascontiguousarray(coins.final).tobytes(),
+                                                    digest_size=8).digest(), "little") >> 1
+        saved = self.rs.generate_uniform_probs, self.rs.sample_recovered_tokens
+        self.rs.generate_uniform_probs = self._uniform
+        if self.stock_recovered:
+            torch.manual_seed(self._seed)
+        else:
+            self.rs.sample_recovered_tokens = self._recovered
+        try:
+            out = self.rs.rejection_sample(
+                torch.from_numpy(batch.draft_token_ids.astype(np.int32)), [int(k) for k in batch.num_draft_tokens],
+                batch.max_spec_len, torch.from_numpy(batch.cu_num_draft_tokens.astype(np.int32)), draft, logits,
+                torch.from_numpy(bonus.reshape(b, 1)), metadata)
+        finally:
+            self.rs.generate_uniform_probs, self.rs.sample_recovered_tokens = saved
+        return out.numpy().astype(np.int64)
+
+
+def make():
+    return VllmSampler()
