@@ -76,6 +76,65 @@ def test_rms_norm_is_exactly_the_documented_sequential_loop(inv):
     assert np.array_equal(got, want)
 
 
+def _libm_expf():
+    import ctypes
+    import ctypes.util
+    libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+    libm.expf.restype, libm.expf.argtypes = ctypes.c_float, [ctypes.c_float]
+    return lambda v: np.float32(libm.expf(float(v)))
+
+
+def test_softmax_is_exactly_the_documented_sequence(inv):
+    expf = _libm_expf()                               # numba's math.exp on float32 is libm's expf
+    x = (np.random.default_rng(2).standard_normal((3, 50)) * 4).astype(np.float32)
+    want_sm, want_lsm = np.empty_like(x), np.empty_like(x)
+    for m in range(3):
+        mx = x[m].max()
+        s = 0.0
+        for v in range(50):
+            s = s + float(expf(x[m, v] - mx))         # float64, in order
+        inv_s = np.float32(1.0 / s)
+        log_s = np.float32(np.log(s))
+        for v in range(50):
+            want_sm[m, v] = expf(x[m, v] - mx) * inv_s
+            want_lsm[m, v] = (x[m, v] - mx) - log_s
+    assert np.array_equal(inv.softmax(torch.from_numpy(x)).numpy(), want_sm)
+    assert np.array_equal(inv.log_softmax(torch.from_numpy(x)).numpy(), want_lsm)
+
+
+def test_attention_is_exactly_the_documented_sequence(inv):
+    expf = _libm_expf()
+    rng = np.random.default_rng(3)
+    nb, bs, hkv, hq, dh = 6, 3, 1, 2, 5
+    kc = rng.standard_normal((nb, bs, hkv, dh), dtype=np.float32)
+    vc = rng.standard_normal((nb, bs, hkv, dh), dtype=np.float32)
+    table = np.array([[4, 1, 5, 0]], np.int32)
+    q = rng.standard_normal((3, hq, dh), dtype=np.float32)        # a verify step: positions 7, 8, 9
+    scale = np.float32(dh ** -0.5)
+    got = inv.attention(torch.from_numpy(q), torch.from_numpy(kc), torch.from_numpy(vc), torch.from_numpy(table),
+                        torch.tensor([10], dtype=torch.int32), torch.tensor([0, 3], dtype=torch.int32),
+                        float(scale)).numpy()
+    for j, pos in enumerate((7, 8, 9)):
+        for h in range(hq):
+            kv = [(table[0, t // bs], t % bs) for t in range(pos + 1)]
+            score = []
+            for blk, slot in kv:
+                dot = np.float32(0)
+                for d in range(dh):
+                    dot = np.float32(dot + np.float32(q[j, h, d] * kc[blk, slot, 0, d]))
+                score.append(np.float32(dot * scale))
+            mx = max(score)
+            e = [expf(np.float32(s - mx)) for s in score]
+            z = np.float32(0)
+            for et in e:
+                z = np.float32(z + et)
+            for d in range(dh):
+                acc = np.float32(0)
+                for et, (blk, slot) in zip(e, kv):
+                    acc = np.float32(acc + np.float32(et * vc[blk, slot, 0, d]))
+                assert got[j, h, d] == np.float32(acc / z), (j, h, d)
+
+
 # ---------------------------------------------------------------- invariance, per op and dtype
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_linear_rows_are_batch_invariant(inv, dtype):
