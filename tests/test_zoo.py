@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from specverify.adapters.mutants import MUTANTS, TARGETS
 from specverify.audit import BATTERY
 from specverify.zoo import tabulate
@@ -15,6 +17,7 @@ def cli(*args):
     return subprocess.run([sys.executable, "-m", "specverify", *args], capture_output=True, text=True, timeout=900)
 
 
+@pytest.mark.slow      # the whole zoo: ~50 CPU-s (test_battery_checks covers every mutant in CI)
 def test_the_zoo_catches_every_mutant_and_passes_the_reference(tmp_path):
     out = tmp_path / "zoo.json"
     proc = cli("zoo", "--json", str(out), "--quiet")

@@ -33,8 +33,8 @@ class ThresholdOnP(VectorSampler):
 
 class TopKMembership(VectorSampler):
     """Accept a draft iff it is among the target's 2 most likely tokens, ignoring q and the coin: the
-    chapter's "not a top-k membership test" (the heuristic acceptance of early self-speculation
-    prototypes)."""
+    chapter's first load-bearing rule says the test is the ratio p(x)/q(x), "not a top-k membership
+    test"."""
 
     k = 2
 
@@ -141,11 +141,11 @@ class SampleIsArgmax(VectorSampler):
 
 
 class CoinOnePastCdf(VectorSampler):
-    """SGLang's seeded path casts its float64 coins to float32, which rounds every coin above
-    1 - 2**-25 to exactly 1.0; a 1.0 coin walks past the last CDF bucket and the walk returns the last
-    vocabulary entry, which can have probability 0 (the clamp to 1 - 2**-24 in
-    python/sglang/srt/speculative/ fixed it). Here: float32 coins, and a walk past the end returns
-    token V - 1 instead of the last token of positive weight."""
+    """SGLang's seeded path casts its coins to float32, which rounds the largest ones to exactly 1.0;
+    "a 1.0 coin walks past the last CDF bucket and can return a zero-probability token" (SGLang's own
+    comment on the fix, which clamps coins to 1 - 2**-24, quoted in the chapter). Here: float32 coins,
+    and a walk past the end returns token V - 1 instead of the last token of positive weight, so the
+    in-contract coin 1 - 2**-53 (1.0 in float32) emits a token of probability 0."""
 
     def draw(self, w, coin):
         coin = np.asarray(coin, np.float32).astype(np.float64)
