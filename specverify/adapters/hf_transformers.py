@@ -17,10 +17,14 @@ So under shared coins the emitted tokens are the reference's wherever the two ru
 documented differences are transformers' own: acceptance is `coin <= p/q` (the reference: coin * q < p)
 and float32 probabilities.
 
-Requests with zero drafts and greedy requests are not something `_speculative_sampling` handles
-(transformers samples those in the plain decode path): the adapter emits their bonus token itself
-(inverse CDF of p with the final coin) -- capability "chain" only, batches from the harness always
-have kappa >= 1.
+A padded draft (-1) has no meaning for transformers: a request is cut at its first -1, and the
+padded position's target row is then its last row (transformers draws from it with the final coin).
+
+Requests with zero drafts are not something `_speculative_sampling` handles (transformers samples
+those in the plain decode path): the adapter emits their token itself (inverse CDF of p with the final
+coin). Greedy requests take transformers' greedy comparison (argmax of the float32 logits, drafts
+accepted while equal), which lives inline in `_assisted_decoding`; the adapter restates those two
+lines (`greedy`), so capability "greedy" is not claimed.
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ import contextlib
 
 import numpy as np
 
-from specverify.errors import AdapterError
 from specverify.reference.sampling import draw
 
 from . import installed
@@ -43,6 +46,7 @@ class TransformersSampler:
         self.utils = installed.load("transformers", "transformers.generation.utils")
         import torch
         self.torch = torch
+        torch.set_num_threads(1)          # tiny tensors: intra-op threads only contend
         self.version = installed.engine_version("transformers")
         self._accept = None
         self._final = None
@@ -90,13 +94,28 @@ class TransformersSampler:
                                                          k, new_logits)
         return tokens.reshape(-1).numpy()
 
+    def greedy(self, drafts, target):
+        """transformers' greedy assisted path (in _assisted_decoding, not _speculative_sampling):
+        selected = new_logits.argmax(-1); n_matches = length of the prefix where drafts == selected."""
+        torch = self.torch
+        with np.errstate(divide="ignore"):
+            selected = torch.from_numpy(np.log(target).astype(np.float32)).argmax(-1).numpy()
+        k = drafts.size
+        n = int(np.cumprod(drafts == selected[:k]).sum()) if k else 0
+        return selected[:n + 1]
+
     def verify(self, batch, coins):
-        if batch.greedy.any():
-            raise AdapterError("transformers' _speculative_sampling has no greedy mode (greedy assisted "
-                               "generation compares argmaxes in the decode loop)")
         out = np.full((batch.batch_size, batch.max_spec_len + 1), -1, np.int64)
         for b in range(batch.batch_size):
-            drafts, target, draft, _ = batch.request(b)
+            drafts, target, draft, greedy = batch.request(b)
+            if greedy:
+                tok = self.greedy(drafts, target)
+                out[b, :tok.size] = tok
+                continue
+            if (drafts < 0).any():
+                k = int(np.flatnonzero(drafts < 0)[0])
+                drafts, target = drafts[:k], target[:k + 1]
+                draft = None if draft is None else draft[:k]
             s = int(batch.draft_start[b])
             tok = self.one(drafts, target, draft, coins.accept[s:s + drafts.size], coins.final[b])
             out[b, :tok.size] = tok

@@ -24,7 +24,9 @@ Coins: float64 coins are rounded *down* to float32 so that [0, 1) stays [0, 1) (
 would turn coins >= 1 - 2**-25 into 1.0); values exactly representable in float32 (0.0, 1 - 2**-24,
 1.0) pass unchanged. Under shared coins the emitted tokens equal the reference's except where the
 float32 coin or float32 probabilities move a comparison (measure-zero for random coins; documented).
-Draft ids of -1 (padded) have no meaning in SGLang's chain layout: such a batch is refused.
+Padded drafts (-1, "never accepted"): SGLang's chain layout has no such id, so a request is cut at
+its first -1 -- the kernel sees the drafts before it, and the padded position's target row becomes
+that launch's last row, from which the final coin draws (a draw from p, the exact rule's answer).
 """
 
 from __future__ import annotations
@@ -38,6 +40,14 @@ from . import installed
 
 CHAIN = "sglang.kernels.ops.speculative.reject_sampling"
 TREE = "sglang.kernels.ops.speculative.spec_tree"
+
+
+def unpadded_counts(batch) -> np.ndarray:
+    """Per request, the number of drafts before its first padded (-1) draft."""
+    kept = batch.num_draft_tokens.copy()
+    for b in np.flatnonzero([(batch.request(b)[0] < 0).any() for b in range(batch.batch_size)]):
+        kept[b] = int(np.flatnonzero(batch.request(b)[0] < 0)[0])
+    return kept
 
 
 def coins32(x) -> np.ndarray:
@@ -55,6 +65,7 @@ class SglangChain:
         self.mod = installed.load("sglang", CHAIN)
         import torch
         self.torch = torch
+        torch.set_num_threads(1)          # tiny tensors: intra-op threads only contend
         self.block = block
         self.name = "sglang-block" if block else "sglang"
         self.capabilities = {"block"} if block else {"chain"}
@@ -89,12 +100,11 @@ class SglangChain:
         return out
 
     def _verify(self, batch, coins):
-        if (batch.draft_token_ids < 0).any():
-            raise AdapterError("SGLang's chain layout has no padded (-1) drafts")
         out = np.full((batch.batch_size, batch.max_spec_len + 1), -1, np.int64)
         vocab = batch.vocab_size
-        for k in np.unique(batch.num_draft_tokens):
-            rows = np.flatnonzero(batch.num_draft_tokens == k)
+        kept = unpadded_counts(batch)
+        for k in np.unique(kept):
+            rows = np.flatnonzero(kept == k)
             d0 = batch.draft_start[rows][:, None] + np.arange(k)
             t0 = batch.target_row_start[rows][:, None] + np.arange(k + 1)
             drafts = batch.draft_token_ids[d0]
@@ -107,9 +117,27 @@ class SglangChain:
         return out
 
     def verify(self, batch, coins):
-        if batch.greedy.any():
-            raise AdapterError("sglang chain sampler: greedy requests take verify_tree_greedy (sglang-tree-greedy)")
-        return self._verify(batch, coins)
+        """Greedy requests go where SGLang sends them (eagle_sample: an all-greedy batch takes
+        verify_tree_greedy): to the greedy tree kernel, posed as one-child-per-node trees."""
+        if not batch.greedy.any():
+            return self._verify(batch, coins)
+        from specverify.reference.batch import VerifyBatch
+        out = np.full((batch.batch_size, batch.max_spec_len + 1), -1, np.int64)
+        for flag in (False, True):
+            idx = np.flatnonzero(batch.greedy == flag)
+            if not idx.size:
+                continue
+            sub = VerifyBatch.from_requests([batch.request(int(b)) for b in idx])
+            starts = batch.draft_start[idx]
+            acc = np.concatenate([coins.accept[s:s + k] for s, k in zip(starts, batch.num_draft_tokens[idx])] + [np.zeros(0)])
+            part = type(coins)(acc, coins.final[idx])
+            if flag:
+                self._greedy = getattr(self, "_greedy", None) or SglangTreeGreedy()
+                res = self._greedy.verify(sub, part)
+            else:
+                res = self._verify(sub, part)
+            out[idx, :res.shape[1]] = res
+        return out
 
     def verify_block(self, batch, coins):
         return self._verify(batch, coins)
@@ -127,6 +155,7 @@ class SglangTreeGreedy:
         self.mod = installed.load("sglang", TREE)
         import torch
         self.torch = torch
+        torch.set_num_threads(1)          # tiny tensors: intra-op threads only contend
         self.version = installed.engine_version("sglang")
 
     def verify_trees(self, tokens, parents, target_predict, depth: int):
@@ -165,8 +194,9 @@ class SglangTreeGreedy:
         if not batch.greedy.all():
             raise AdapterError("sglang-tree-greedy verifies greedy requests only")
         out = np.full((batch.batch_size, batch.max_spec_len + 1), -1, np.int64)
-        for k in np.unique(batch.num_draft_tokens):
-            rows = np.flatnonzero(batch.num_draft_tokens == k)
+        kept = unpadded_counts(batch)
+        for k in np.unique(kept):
+            rows = np.flatnonzero(kept == k)
             d0 = batch.draft_start[rows][:, None] + np.arange(k)
             t0 = batch.target_row_start[rows][:, None] + np.arange(k + 1)
             tokens = np.zeros((rows.size, k + 1), np.int64)

@@ -52,6 +52,7 @@ class VllmSampler:
         import torch
         import triton
         self.torch, self.triton = torch, triton
+        torch.set_num_threads(1)          # tiny tensors: intra-op threads only contend
         self.version = installed.engine_version("vllm")
         self.exponentials = None          # callable (batch_size, V) -> float32 ndarray, or None
         self.stock_recovered = False

@@ -1,0 +1,42 @@
+"""Audits of engines nobody here wrote, written up as findings: `python -m specverify.findings`.
+
+For each engine: the battery (`specverify.audit.run_audit`) plus the engine's probes
+(`findings.probes`), Holm over all statistical rows together, then `reports/<engine>-<version>/`:
+
+    audit.json     the whole result (battery and probes, every row's statistic, p-value, power, seconds)
+    README.md      the verdict table (statistic, p-value, n, min detectable TV, seconds) and findings
+    repro_<id>.py  for every failing row a standalone reproducer against the engine's own API (no
+                   specverify import; `findings/repro/`), and repro_<id>.out, its captured output
+
+Engines run in separate processes, `--jobs` at a time (the Triton interpreter is single-threaded).
+"""
+
+from __future__ import annotations
+
+# engine -> (probes to run, battery samples per problem); probes are names in findings.probes
+PLANS = {
+    "transformers": (["residual_zero", "residual_zero_logits", "assisted_law", "identity_draft"], 20_000),
+    "vllm": (["residual_zero", "padded_recovered"], 3_000),
+    "sglang": (["residual_zero", "padded_recovered"], 3_000),
+    "sglang-block": ([], 3_000),
+    "sglang-tree-greedy": (["tree_greedy"], 3_000),
+}
+
+# engine -> [(substring of a failing row's name, reproducer in findings/repro)]
+REPRODUCERS = {
+    "transformers": [("zero_prob[coin=0.0", "transformers_coin_zero"),
+                     ("zero_prob[coin=5e-324", "transformers_coin_zero"),
+                     ("residual_zero", "transformers_residual_zero"),
+                     ("identity", "transformers_identity_draft")],
+    "vllm": [("zero_prob[coin=0.0", "vllm_coin_zero"), ("padded_recovered", "vllm_padded_recovered"),
+             ("residual_zero", "vllm_residual_zero")],
+    "sglang": [("residual_zero", "sglang_residual_zero")],
+    "sglang-block": [],
+    "sglang-tree-greedy": [],
+}
+
+# not auditable on CPU, said in every SGLang report
+NOT_AUDITABLE = {
+    "sglang": "tree_speculative_sampling_target_only (SGLang's default sampling path) is a CUDA kernel in "
+              "the compiled sgl_kernel wheel: not auditable on CPU.",
+}

@@ -1,0 +1,128 @@
+"""Run one engine's audit (battery + probes) and write `reports/<engine>-<version>/`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from specverify.audit import BATTERY, Context, apply_holm, run_audit
+from specverify.checks.base import ERROR, FAIL, WARN, CheckResult
+
+from . import NOT_AUDITABLE, PLANS, REPRODUCERS, probes
+
+REPRO_DIR = Path(__file__).parent / "repro"
+REPRO_TIMEOUT = 600
+
+
+def run_probes(engine, names, ctx) -> list[CheckResult]:
+    rows = []
+    for name in names:
+        ctx.say(f"probe {name}")
+        fn = getattr(probes, name)
+        if name in ("padded_recovered", "tree_greedy"):
+            rows += fn(engine, ctx.rng("probe", name))
+        elif name == "assisted_law":
+            rows += fn(n=ctx.__dict__.get("assisted_runs", 1500))
+        elif name == "identity_draft":
+            rows += fn(n=ctx.__dict__.get("identity_runs", 150))
+        else:
+            rows += fn(engine)
+    return rows
+
+
+def audit(name: str, *, samples: int | None = None, seed: int = 0, alpha: float = 1e-3, checks=None,
+          probe_names=None, timeout: float = 3600.0, assisted_runs: int = 1500, identity_runs: int = 150):
+    """(AuditResult with probe rows appended, adapter)."""
+    from specverify.adapters.registry import resolve
+    plan_probes, plan_samples = PLANS[name]
+    engine = resolve(name)
+    ctx = Context(seed=seed, samples=samples or plan_samples, alpha=alpha, timeout=timeout)
+    ctx.assisted_runs, ctx.identity_runs = assisted_runs, identity_runs
+    t0 = time.perf_counter()
+    result = run_audit(engine, ctx, checks if checks is not None else list(BATTERY)) if checks != [] else None
+    rows = run_probes(engine, plan_probes if probe_names is None else probe_names, ctx)
+    if result is None:
+        from specverify.audit import AuditResult
+        result = AuditResult(engine=engine.name, verdict="pass", seed=seed, alpha=alpha, samples=ctx.samples,
+                             engine_version=getattr(engine, "version", None))
+    result.checks.extend(rows)
+    apply_holm(result.checks, ctx)
+    result.verdict = FAIL if any(r.verdict in (FAIL, ERROR) for r in result.checks) else "pass"
+    result.seconds = time.perf_counter() - t0
+    return result, engine
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")
+
+
+def fmt(x, spec):
+    return "-" if x is None else format(x, spec)
+
+
+def markdown(result, repros: dict, name: str) -> str:
+    lines = [f"# {result.engine} {result.engine_version}: {result.verdict.upper()}", "",
+             f"specverify audit of `{name}` ({sys.platform}, CPU; Triton kernels under TRITON_INTERPRET=1 where the "
+             f"engine has them). Seed {result.seed}, {result.samples} samples per one-step problem, family-wise "
+             f"alpha {result.alpha:g} by Holm over every statistical row; min TV = the smallest total-variation "
+             f"deviation detected with probability 0.99. Total {result.seconds:.0f} s.", ""]
+    if name.startswith("sglang"):
+        lines += [NOT_AUDITABLE["sglang"], ""]
+    failed = [c for c in result.checks if c.verdict in (FAIL, ERROR)]
+    if failed:
+        lines += ["## Failing rows", ""]
+        for c in failed:
+            rep = repros.get(c.name)
+            lines.append(f"- **{c.name}**: {c.detail}" + (f" (p = {c.p_value:.3g})" if c.p_value is not None else "")
+                         + (f" -- reproducer `{rep}.py`, output `{rep}.out`" if rep else " -- no standalone reproducer"))
+        lines.append("")
+    warned = [c for c in result.checks if c.verdict == WARN]
+    if warned:
+        lines += ["## Outside the contract (reported, not failures)", ""]
+        lines += [f"- {c.name}: {c.detail}" for c in warned] + [""]
+    lines += ["## Every row", "", "| check | verdict | statistic | dof | p-value | n | min TV | seconds |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for c in result.checks:
+        lines.append(f"| `{c.name}` | {c.verdict}{' (exact)' if c.exact else ''} | {fmt(c.statistic, '.2f')} | "
+                     f"{fmt(c.dof, 'd')} | {fmt(c.p_value, '.3g')} | {c.n} | {fmt(c.min_detectable_tv, '.4f')} | "
+                     f"{c.seconds:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def write(result, name: str, out_root: str, run_repros: bool = True) -> Path:
+    version = (result.engine_version or "unknown").split(" ")[0]
+    folder = Path(out_root) / f"{slug(name)}-{version}"
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    repros = {}
+    for c in result.checks:
+        if c.verdict not in (FAIL, ERROR):
+            continue
+        for pattern, script in REPRODUCERS.get(name, []):
+            if pattern in c.name:
+                repros[c.name] = f"repro_{script}"
+                break
+    for script in sorted(set(repros.values())):
+        src = REPRO_DIR / f"{script[len('repro_'):]}.py"
+        dst = folder / f"{script}.py"
+        shutil.copyfile(src, dst)
+        if run_repros:
+            env = dict(os.environ)
+            try:
+                proc = subprocess.run([sys.executable, str(dst)], capture_output=True, text=True, env=env,
+                                      timeout=REPRO_TIMEOUT, cwd=str(folder))
+                text = proc.stdout + proc.stderr
+                text = "\n".join(l for l in text.splitlines() if "vllm._C" not in l) + f"\n[exit code {proc.returncode}]\n"
+            except subprocess.TimeoutExpired:
+                text = f"[timed out after {REPRO_TIMEOUT} s]\n"
+            (folder / f"{script}.out").write_text(text)
+    (folder / "audit.json").write_text(json.dumps({**result.to_dict(), "reproducers": repros}, indent=1) + "\n")
+    (folder / "README.md").write_text(markdown(result, repros, name))
+    return folder
