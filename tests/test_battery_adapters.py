@@ -5,7 +5,6 @@ factory the seeded checks need."""
 
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest

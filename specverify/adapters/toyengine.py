@@ -32,7 +32,7 @@ from specverify.errors import InputError
 from specverify.reference import fast
 from specverify.reference.batch import Coins, VerifyBatch
 from specverify.reference.toy import prefix_indices
-from specverify.reference.transforms import Transform, apply
+from specverify.reference.transforms import Transform
 
 TABLE_MAX_ROWS = 1 << 20        # prefixes tabled per (model, transform)
 

@@ -17,8 +17,9 @@ from named primitives, one line each:
     accept_rows(p, q, x, coin)    accept(p[x], q[x], coin)
     keep_tail                     False: stop at the first rejection
 
-The bug zoo (`specverify.adapters.mutants`) overrides exactly one of them per mutant, so each bug is
-one readable line away from the exact rule.
+The bug zoo (`specverify.adapters.mutants`) overrides one of them per mutant (the sampler-match rule
+three; the seeded-mode mutants `seeded_coins`, which lays each request's stream out as coins), so each
+bug is a few readable lines away from the exact rule.
 
 Seeded mode (`verify_seeded(batch, seeds)`, protocol in `adapters.protocol`): request b draws its
 coins from its own counter-based stream, u(seed, n) = splitmix64(splitmix64(seed) + n) >> 11 times
@@ -34,8 +35,6 @@ from specverify import __version__
 from specverify.reference.batch import Coins, VerifyBatch
 
 from .treebatch import TreeBatch, TreeCoins
-
-_M = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 def splitmix64(x: np.ndarray) -> np.ndarray:
