@@ -155,7 +155,8 @@ def run_bench(n_layers: int = 30, context: int = 128, kappas=(3, 7), rounds: int
     res = BenchResult(
         config=dict(model.cfg, context=context, rounds=rounds, steps_per_round=steps_per_round, parallel=parallel),
         steps=results, row0_equals_decode=row0,
-        environment=dict(torch=torch.__version__, threads=torch.get_num_threads(), cpu_count=os.cpu_count()))
+        environment=dict(torch=torch.__version__, threads=torch.get_num_threads(), cpu_count=os.cpu_count(),
+                         load_avg_1min=os.getloadavg()[0]))
     if triton_small:
         res.triton_interpreter_ms = triton_interpreter_timings()
     return res
@@ -216,7 +217,8 @@ def triton_interpreter_timings(reps: int = 3) -> dict:
 
 def format_table(res: BenchResult) -> str:
     lines = [f"layer stack: {res.config['n_layers']} layers of SmolLM2-135M shapes, context {res.config['context']}, "
-             f"{res.environment['threads']} torch threads, invariant parallel={res.config['parallel']}",
+             f"{res.environment['threads']} torch threads, invariant parallel={res.config['parallel']}, "
+             f"load average {res.environment['load_avg_1min']:.1f} on {res.environment['cpu_count']} CPUs",
              f"{'step':<17}{'default ms':>11}{'invariant ms':>14}{'default tok/s':>15}{'invariant tok/s':>17}"
              f"{'ratio':>8}"]
     for s in res.steps:
@@ -241,6 +243,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps-per-round", type=int, default=3)
     ap.add_argument("--parallel", action="store_true", help="invariant backend on numba's threads")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch intra-op threads for the run (default: torch's choice; 1 is robust on a busy machine)")
     ap.add_argument("--no-triton", action="store_true", help="skip the Triton interpreter timings")
     ap.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH ('-' = stdout)")
     args = ap.parse_args(argv)
@@ -248,6 +252,9 @@ def main(argv=None) -> int:
         import torch
         if not torch.cuda.is_available():
             os.environ["TRITON_INTERPRET"] = "1"       # before any kernel module is imported
+    if args.threads:
+        import torch
+        torch.set_num_threads(args.threads)
     res = run_bench(args.layers, args.context, tuple(args.kappa or (3, 7)), args.rounds, args.steps_per_round,
                     args.parallel, not args.no_triton)
     if args.json == "-":
