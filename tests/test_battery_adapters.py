@@ -154,3 +154,65 @@ def test_generate_returning_short_runs_is_garbage():
 def test_lossy_names_still_fail_with_their_own_message():
     with pytest.raises(InputError, match="unknown lossy rule"):
         factory("lossy:nonsense")
+
+
+TORCH_ENGINE = """
+import torch
+
+class PlainTorchSampler:
+    '''Plain autoregressive sampling with a torch causal LM (no drafts): exact, so the run checks pass.'''
+    name = "plain-torch"
+    capabilities = {"engine"}
+    models = "torch"
+
+    def __init__(self, double_temperature=False):
+        self.double_temperature = double_temperature
+
+    def generate(self, target, draft, prompt, kappa, transform, seed, n, length):
+        g = torch.Generator().manual_seed(seed)
+        ids = torch.tensor([list(prompt)] * n, dtype=torch.long)
+        for _ in range(length):
+            logits = target(ids)[:, -1]
+            if transform.temperature == 0:
+                nxt = logits.argmax(dim=1)
+            else:
+                t = transform.temperature * (2 if self.double_temperature else 1)
+                logits = logits / t
+                if transform.top_k:
+                    kth = logits.topk(transform.top_k, dim=1).values[:, -1:]
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                probs = torch.softmax(logits, dim=1)
+                if transform.top_p < 1:
+                    sp, order = probs.sort(dim=1, descending=True, stable=True)
+                    keep = torch.cumsum(sp, 1) - sp < transform.top_p
+                    probs = torch.zeros_like(probs).scatter(1, order, sp * keep)
+                nxt = torch.multinomial(probs, 1, generator=g)[:, 0]
+            ids = torch.cat([ids, nxt[:, None]], dim=1)
+        return ids[:, len(prompt):].numpy()
+
+def factory():
+    return PlainTorchSampler()
+
+def buggy():
+    return PlainTorchSampler(double_temperature=True)
+"""
+
+
+def test_a_torch_engine_gets_torch_models_and_is_audited(tmp_path):
+    import torch
+
+    from specverify.adapters.torchtoy import as_torch
+    from specverify.reference.toy import ToyModel
+
+    toy = ToyModel(4, 3, zero_frac=0.2)
+    ids = torch.tensor([[1, 2, 0], [3, 3, 1]])
+    logits = as_torch(toy)(ids)
+    for b in range(2):
+        for t in range(3):
+            assert np.array_equal(logits[b, t].numpy(), toy.logits(ids[b, :t + 1].tolist()))
+    path = tmp_path / "torch_engine.py"
+    path.write_text(TORCH_ENGINE)
+    good = run_audit(resolve(f"{path}:factory"), Context(samples=20_000), ["runs", "transforms"])
+    assert good.verdict == "pass", [(r.name, r.detail) for r in good.checks if r.verdict != "pass"]
+    bad = run_audit(resolve(f"{path}:buggy"), Context(samples=20_000), ["transforms"])
+    assert any(r.name.startswith("engine.transform[temperature") and r.verdict == "fail" for r in bad.checks)

@@ -43,7 +43,9 @@ Engine level -- a black box, no coin access (capability "engine"):
         target, draft   models over the same vocabulary: `reference.toy.ToyModel` objects
                         (`vocab_size`, `logits(prefix) -> float64 [V]` with -inf for probability 0,
                         `probs(prefix, transform)`, vectorised `logits_at(prefix_indices)`); the draft
-                        may be the target itself
+                        may be the target itself. An adapter with `models = "torch"` gets them as
+                        small torch causal LMs instead (`adapters.torchtoy`: forward(input_ids
+                        [B, T]) -> logits [B, T, V], float64, no weights), with `vocab_size`
         prompt          tuple of token ids the runs start from
         kappa           drafts per speculative step
         transform       `reference.transforms.Transform(temperature, top_k, top_p)`: the sampling

@@ -93,6 +93,11 @@ def chunked_verify(engine, ctx, what: str):
 def generate(engine, level: str, ctx, what: str, **kw):
     """(tokens [n, length], info) from the adapter (engine level) or the harness-driven sampler."""
     if level == "engine":
+        if getattr(engine, "models", "toy") == "torch":        # the adapter runs torch modules
+            from specverify.adapters.torchtoy import as_torch
+            same = kw["draft"] is kw["target"]
+            kw["target"] = as_torch(kw["target"])
+            kw["draft"] = kw["target"] if same else as_torch(kw["draft"])
         return harness.generated(engine, ctx, what, **kw)
     driver = SpecEngine(verify=chunked_verify(engine, ctx, what))
     return driver.generate(**kw)
