@@ -27,7 +27,8 @@ def _silu_mul(gate, up, out):
 
 
 def silu_mul(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
-    """Launcher: gate, up [M, F] float32 (any strides) -> [M, F] float32."""
+    """Launcher: gate, up [M, F] float32 (any strides: the engine's halves of one [M, 2F] tensor are
+    read in place) -> [M, F] float32."""
     out = np.empty(gate.shape, np.float32)
     _silu_mul(gate, up, out)
     return out

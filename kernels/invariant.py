@@ -55,10 +55,17 @@ class PackedLinearWeight:
 def _f32(t):
     """A C-contiguous float32 numpy view (or copy) of a CPU tensor."""
     import torch
+    if t.dtype is torch.float32 and not t.requires_grad and t.is_contiguous():
+        return t.numpy()                                   # the common case, ~1 us
     t = t.detach()
     if t.dtype != torch.float32:
         t = t.float()
     return t.contiguous().numpy()
+
+
+def _rows(x):
+    """x as [M, last] (a no-op for the usual 2-D input)."""
+    return x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
 
 
 class InvariantBackend:
@@ -93,16 +100,15 @@ class InvariantBackend:
     def linear(self, x, weight):
         import torch
         packed = weight if isinstance(weight, PackedLinearWeight) else self._lookup(weight)
-        lead = x.shape[:-1]
-        x2 = _f32(x.reshape(-1, x.shape[-1]))
-        y = torch.from_numpy(cpu_linear.linear(x2, packed.panels, packed.n, self.parallel))
-        y = y.reshape(*lead, packed.n)
+        y = torch.from_numpy(cpu_linear.linear(_f32(_rows(x)), packed.panels, packed.n, self.parallel))
+        if x.dim() != 2:
+            y = y.reshape(*x.shape[:-1], packed.n)
         return y if x.dtype == torch.float32 else y.to(x.dtype)
 
     # ------------------------------------------------------------------ row ops
     def rms_norm(self, x, weight, eps: float):
         import torch
-        x2 = _f32(x.reshape(-1, x.shape[-1]))
+        x2 = _f32(_rows(x))
         if x.dtype == torch.float32 and weight.dtype == torch.float32:
             y = cpu_rms_norm.rms_norm(x2, _f32(weight), eps)
             return torch.from_numpy(y).reshape(x.shape)
@@ -112,16 +118,16 @@ class InvariantBackend:
 
     def softmax(self, x):
         import torch
-        return torch.from_numpy(cpu_softmax.softmax(_f32(x.reshape(-1, x.shape[-1])))).reshape(x.shape)
+        return torch.from_numpy(cpu_softmax.softmax(_f32(_rows(x)))).reshape(x.shape)
 
     def log_softmax(self, x):
         import torch
-        return torch.from_numpy(cpu_softmax.log_softmax(_f32(x.reshape(-1, x.shape[-1])))).reshape(x.shape)
+        return torch.from_numpy(cpu_softmax.log_softmax(_f32(_rows(x)))).reshape(x.shape)
 
     def silu_mul(self, gate, up):
         import torch
-        g2 = _f32(gate.reshape(-1, gate.shape[-1]))
-        u2 = _f32(up.reshape(-1, up.shape[-1]))
+        g2 = _rows(gate).detach().numpy() if gate.dtype == torch.float32 else _f32(_rows(gate))
+        u2 = _rows(up).detach().numpy() if up.dtype == torch.float32 else _f32(_rows(up))
         y = torch.from_numpy(cpu_silu_mul.silu_mul(g2, u2)).reshape(gate.shape)
         return y if gate.dtype == torch.float32 else y.to(gate.dtype)
 
