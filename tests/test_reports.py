@@ -124,6 +124,17 @@ def test_zoo_matrix_shapes():
     assert m.rows == ["keep-tail", "exact"] and m.cols == ["chain.marginal", "chain.joint"]
     assert m.verdict == [["fail", "pass"], ["pass", "pass"]]
     assert m.p_min[0][0] == 1e-20
+    # the shape `specverify zoo --json` writes
+    cli = {"ok": True, "checks": ["marginal", "endpoints", "runs"], "settings": {"seed": 0}, "wall_seconds": 1.0,
+           "engines": {"reference": {"verdict": "pass", "row": {"marginal": ".", "endpoints": ".", "runs": "."}},
+                       "mutant:coin-ge-zero": {"verdict": "fail", "row": {"marginal": ".", "endpoints": "X", "runs": "-"},
+                                               "catch_seconds": 0.3, "audit": {"checks": [
+                                                   {"name": "chain.zero_prob[coin=0.0]", "verdict": "fail",
+                                                    "exact": True, "n": 5, "detail": "emitted token 3"}]}}}}
+    assert A.kind_of(cli) == "zoo"
+    m3 = A.zoo_matrix(cli)
+    assert m3.rows == ["reference", "mutant:coin-ge-zero"] and m3.cols == ["marginal", "endpoints", "runs"]
+    assert m3.verdict == [["pass", "pass", "pass"], ["pass", "fail", ""]] and m3.row_verdict == ["pass", "fail"]
     m2 = A.zoo_matrix({"matrix": {"rows": ["a"], "cols": ["c1", "c2"], "verdict": [["fail", "pass"]]}})
     assert m2.row_verdict == ["fail"]
     with pytest.raises(InputError):
@@ -205,6 +216,21 @@ def test_embedded_single_file_page(audits, tmp_path):
     html = (out / "index.html").read_text()
     assert 'src="img/' not in html and html.count("data:image/png;base64,") == 2     # residuals + power
     assert_report_complete(str(out), [one])
+
+
+def test_zoo_cli_result_renders_matrix_and_failing_rows(tmp_path):
+    cli = {"ok": True, "checks": ["marginal", "endpoints"], "settings": {"seed": 0}, "wall_seconds": 1.0,
+           "engines": {"reference": {"verdict": "pass", "row": {"marginal": ".", "endpoints": "."}},
+                       "mutant:coin-ge-zero": {"verdict": "fail", "row": {"marginal": ".", "endpoints": "X"},
+                                               "catch_seconds": 0.3, "seconds": 2.0, "audit": {"checks": [
+                                                   {"name": "chain.zero_prob[coin=0.0]", "verdict": "fail",
+                                                    "exact": True, "n": 5, "detail": "emitted token 3"}]}}}}
+    out = tmp_path / "zoo"
+    audit_report.write_report([cli], str(out))
+    md = (out / "README.md").read_text()
+    assert "| mutant:coin-ge-zero | FAIL | endpoints | 0.30 | 2.0 |" in md
+    assert "chain.zero_prob[coin=0.0]" in md and "emitted token 3" in md
+    assert_report_complete(str(out), [])
 
 
 def test_zoo_result_renders_its_matrix(audits, tmp_path):

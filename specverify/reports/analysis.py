@@ -41,6 +41,8 @@ def kind_of(obj) -> str:
             return "audit"
         if any(k in obj for k in ("mutants", "matrix", "zoo")):
             return "zoo"
+        if isinstance(obj.get("engines"), dict) and isinstance(obj.get("checks"), list):
+            return "zoo"                                   # `specverify zoo --json`
     raise InputError("not a specverify result: expected an audit result (engine, checks), a zoo or a lab result")
 
 
@@ -238,11 +240,22 @@ def audit_matrix(results: list, by_family: bool = True) -> Matrix:
                   [r.get("verdict", worst(v)) for r, v in zip(results, verdict)])
 
 
+ZOO_SYMBOLS = {"X": "fail", ".": "pass", "-": "", "s": "skip", "E": "error", "W": "warn"}
+
+
 def zoo_matrix(obj: dict) -> Matrix:
-    """A zoo result -> Matrix. Accepted shapes: {"mutants": [audit result | {"name", "checks" |
-    "audit"}]}, {"rows", "cols", "verdict"} (a matrix already), or {"zoo": <either>}."""
+    """A zoo result -> Matrix. Accepted shapes: `specverify zoo --json` ({"checks": [check modules],
+    "engines": {name: {"verdict", "row": {check: X . - s E}, "audit"}}}), {"mutants": [audit result |
+    {"name", "checks" | "audit"}]}, {"matrix": {"rows", "cols", "verdict"}}, or {"zoo": <any>}."""
     if "zoo" in obj and isinstance(obj["zoo"], dict):
         obj = obj["zoo"]
+    engines = obj.get("engines")
+    if isinstance(engines, dict) and isinstance(obj.get("checks"), list):
+        cols = [str(c) for c in obj["checks"]]
+        rows = list(engines)
+        verdict = [[ZOO_SYMBOLS.get((engines[e].get("row") or {}).get(c, "-"), "") for c in cols] for e in rows]
+        return Matrix(rows, cols, verdict, [[None] * len(cols) for _ in rows],
+                      [engines[e].get("verdict") or worst(v) for e, v in zip(rows, verdict)])
     if "matrix" in obj and isinstance(obj["matrix"], dict):
         m = obj["matrix"]
         rows, cols, verdict = m.get("rows"), m.get("cols") or m.get("checks"), m.get("verdict") or m.get("cells")

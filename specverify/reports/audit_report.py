@@ -182,16 +182,39 @@ def _engine_section(engine: str, results: list, images: _Images, bar) -> list:
     return blocks
 
 
-def _matrix_section(m: A.Matrix, title: str, images: _Images) -> list:
+def _matrix_section(m: A.Matrix, title: str, images: _Images, zoo: dict | None = None) -> list:
     caught = sum(1 for v in m.row_verdict if v == "fail")
+    engines = (zoo or {}).get("engines") if isinstance((zoo or {}).get("engines"), dict) else {}
     rows = []
-    for name, rv, vs, ps in zip(m.rows, m.row_verdict, m.verdict, m.p_min):
+    for name, rv, vs in zip(m.rows, m.row_verdict, m.verdict):
         failing = [c for c, v in zip(m.cols, vs) if v == "fail"]
-        rows.append([name, (rv or "").upper(), ", ".join(failing) or "-"])
-    return [Heading(2, title),
-            Para(f"{len(m.rows)} engines x {len(m.cols)} check families; {caught} of {len(m.rows)} fail at least one."),
-            Image(images.name("matrix-" + title), plots.matrix_plot(m, title), title),
-            Table(["engine", "verdict", "failing check families"], rows, row_class=m.row_verdict)]
+        row = [name, (rv or "").upper(), ", ".join(failing) or "-"]
+        if engines:
+            e = engines.get(name, {})
+            row += [A.fmt(e.get("catch_seconds"), ".2f"), A.fmt(e.get("seconds"), ".1f")]
+        rows.append(row)
+    header = ["engine", "verdict", "failing checks"] + (["catch s", "audit s"] if engines else [])
+    blocks = [Heading(2, title),
+              Para(f"{len(m.rows)} engines x {len(m.cols)} checks; {caught} of {len(m.rows)} fail at least one."
+                   + (f" Settings: {A.short_value(zoo.get('settings'), 300)}; wall {zoo.get('wall_seconds')} s."
+                      if engines else "")),
+              Image(images.name("matrix-" + title), plots.matrix_plot(m, title), title),
+              Table(header, rows, row_class=m.row_verdict, align="lll" + "rr" * bool(engines))]
+    if engines:
+        blocks.append(Para("`catch s`: seconds the fastest catching check needs on its own. Each engine's failing "
+                           "rows:", cls="note"))
+        for name in m.rows:
+            audit = engines.get(name, {}).get("audit") or {}
+            bad = [c for c in audit.get("checks", []) if c.get("verdict") in ("fail", "error")]
+            if engines.get(name, {}).get("error"):
+                blocks.append(Details(f"{name}: ERROR", [Para(str(engines[name]["error"]))], cls="error"))
+            elif bad:
+                blocks.append(Details(f"{name}: {len(bad)} failing rows", [Table(
+                    ["check", "verdict", "p-value", "n", "detail"],
+                    [[c["name"], c["verdict"].upper() + (" (exact)" if c.get("exact") else ""), A.fmt_p(c.get("p_value")),
+                      str(c.get("n", "")), c.get("detail", "")] for c in bad], row_class=[c["verdict"] for c in bad],
+                    align="llrrl")]))
+    return blocks
 
 
 def build_document(inputs: list, title: str | None = None, progress=None) -> Document:
@@ -220,7 +243,7 @@ def build_document(inputs: list, title: str | None = None, progress=None) -> Doc
     images = _Images()
     with progress.bar(n_plots, "report plots") as bar:
         for z in zoos:
-            doc.add(*_matrix_section(A.zoo_matrix(z), "Zoo: mutant x check", images))
+            doc.add(*_matrix_section(A.zoo_matrix(z), "Zoo: mutant x check", images, z))
             bar.advance(note="zoo")
         if len(groups) > 1:
             doc.add(*_matrix_section(A.audit_matrix([g[0] for g in groups.values()]), "Engine x check", images))
