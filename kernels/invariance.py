@@ -184,3 +184,66 @@ def _indexer(device):
 
 def _dt(dtype) -> str:
     return str(dtype).replace("torch.", "")
+
+
+def battery(be, quick: bool = False, device="cpu") -> list:
+    """Every op of backend `be` through the harness: SmolLM2 shapes on the CPU backends, small
+    ones for the Triton interpreter (`quick`)."""
+    import torch
+    if quick:
+        res = [linear_invariance(be, k=40, n=40, dtype=dt, pool=64, device=device)
+               for dt in (torch.float32, torch.bfloat16, torch.float16)]
+        sizes = (1, 2, 3, 5, 8, 13, 16, 17, 31, 33, 64)
+        res += [row_op_invariance(be, op, d, sizes=sizes, device=device)
+                for op, d in (("rms_norm", 100), ("softmax", 300), ("log_softmax", 300), ("silu_mul", 100))]
+        res.append(rotary_invariance(be, heads=3, head_dim=16, sizes=sizes, device=device))
+        res.append(attention_invariance(be, n_requests=3, max_ctx=12, block_size=4, n_q_heads=2, n_kv_heads=1,
+                                        head_dim=8, launches=6, max_new=4, device=device))
+        return res
+    res = [linear_invariance(be, dtype=dt, device=device) for dt in (torch.float32, torch.bfloat16, torch.float16)]
+    res.append(linear_invariance(be, k=1536, n=576, device=device))
+    res.append(linear_invariance(be, k=576, n=49152, sizes=range(1, 17), pool=16, device=device))
+    res += [row_op_invariance(be, op, d, device=device)
+            for op, d in (("rms_norm", 576), ("silu_mul", 1536), ("silu_mul", 1537))]
+    res += [row_op_invariance(be, op, 49152, sizes=range(1, 17), pool=16, device=device)
+            for op in ("softmax", "log_softmax")]
+    res.append(rotary_invariance(be, device=device))
+    res.append(attention_invariance(be, n_requests=4, max_ctx=70, block_size=16, n_q_heads=9, n_kv_heads=3,
+                                    head_dim=64, launches=24, device=device))
+    return res
+
+
+def main(argv=None) -> int:
+    """python -m specverify.kernels.invariance [--backend NAME ...] [--json]: the battery as a table."""
+    import argparse
+    import json
+    import os
+    ap = argparse.ArgumentParser(prog="python -m specverify.kernels.invariance")
+    ap.add_argument("--backend", action="append", default=None, help="default, invariant, triton (repeatable)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    names = args.backend or ["invariant", "default"]
+    if "triton" in names and "TRITON_INTERPRET" not in os.environ:
+        import torch
+        if not torch.cuda.is_available():
+            os.environ["TRITON_INTERPRET"] = "1"           # before the kernel modules are imported
+    from .backend import get_backend
+    rows = []
+    for name in names:
+        quick = name == "triton" and os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+        rows += battery(get_backend(name), quick=quick)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in rows], indent=1))
+    else:
+        for r in rows:
+            sizes = sorted(set(r.sizes))
+            span = f"{sizes[0]}..{sizes[-1]} ({len(sizes)} sizes)" if sizes else "-"
+            diff = f" differs at {list(r.diff_sizes)[:8]} first {r.first}" if not r.ok else ""
+            print(f"{r.backend:<10}{r.op:<38}{'OK ' if r.ok else 'DIFF'} launches {r.launches:>4} rows {r.rows_compared:>5}"
+                  f" sizes {span}{diff}")
+    return 0 if all(r.ok for r in rows if r.backend != "default") else 1
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(main())
