@@ -84,6 +84,19 @@ def fit_knee(T, t) -> dict:
     return {"T_star": float(ts), "t1": float(math.exp(logt1)), "rms_log_error": err}
 
 
+def fit_affine(T, t) -> dict:
+    """Least-squares t(T) = t0 + s T (relative errors weighted equally: weights 1/t). T_half = t0 / s
+    is where a step costs twice a one-position step -- the knee of a machine without a flat part."""
+    T = np.asarray(T, dtype=np.float64)
+    t = np.asarray(t, dtype=np.float64)
+    A = np.stack([np.ones_like(T), T], axis=1) / t[:, None]
+    (t0, slope), *_ = np.linalg.lstsq(A, np.ones_like(t), rcond=None)
+    pred = t0 + slope * T
+    err = float(np.sqrt(np.mean(np.log(np.maximum(pred, 1e-12) / t) ** 2)))
+    return {"t0": float(t0), "slope": float(slope), "T_half": float(t0 / slope) if slope > 0 else None,
+            "rms_log_error": err}
+
+
 def fitted_alpha(accepted: int, rejections: int) -> float:
     """MLE of the i.i.d. rate from verifies (a geometric censored at kappa): accepted / (accepted +
     verifies that ended in a rejection) -- the engine's SpecMetrics.alpha."""

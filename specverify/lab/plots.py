@@ -131,6 +131,10 @@ def knee_plot(knee: dict) -> bytes:
     fine = np.exp(np.linspace(np.log(T.min()), np.log(T.max()), 200))
     ax.plot(fine, knee["t1"] * 1e3 * F.roofline_cost(fine, knee["T_star"]), color="black", lw=1,
             label=f"t1 max(1, T/T*): t1 = {knee['t1'] * 1e3:.1f} ms, T* = {knee['T_star']:.1f}")
+    af = knee.get("affine")
+    if af and af.get("T_half"):
+        ax.plot(fine, (af["t0"] + af["slope"] * fine) * 1e3, "--", color=GREY, lw=1,
+                label=f"t0 + s T: doubles at T = {af['T_half']:.1f}")
     ax.axvline(knee["T_star"], color=RED, ls=":", lw=1)
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -143,6 +143,13 @@ def build_lab_document(r: dict) -> Document:
     doc.add(Para(f"T* = {kn['T_star']:.1f} positions, t1 = {kn['t1'] * 1e3:.1f} ms, rms log error of the fit "
                  f"{kn['rms_log_error']:.3f}. The chapter's T* = 295 is an H100's ridge in bf16; this CPU's ridge is "
                  "where its arithmetic, not its memory bandwidth, starts to bound a step."))
+    af = kn.get("affine")
+    if af and af.get("T_half"):
+        doc.add(Para(f"An affine model t(T) = t0 + s T fits with rms log error {af['rms_log_error']:.3f} "
+                     f"(t0 = {af['t0'] * 1e3:.1f} ms, s = {af['slope'] * 1e3:.2f} ms per position): a step of "
+                     f"{af['T_half']:.1f} positions costs twice a one-position step. Where the affine model fits "
+                     "better, the machine has no flat memory-bound stretch for verification to hide in.",
+                     cls="note"))
     doc.add(Table(["T"] + [str(t) for t in kn["T"]], [["ms"] + [f"{x * 1e3:.1f}" for x in kn["t_best"]]]))
 
     # ---- batch sweep
