@@ -120,3 +120,25 @@ def test_not_installed_engine_exits_2_with_a_hint():
     assert proc.returncode == 2
     assert "not installed" in proc.stderr and "pip install" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_engine_level_toy_models_as_transformers_lms():
+    """The battery's toy models as transformers LMs (DynamicCache of token ids): plain generate follows
+    the toy's logits, and assisted runs with the target as its own assistant at T = 1 accept every draft."""
+    import torch
+    from specverify.adapters.hf_engine import TransformersAssisted, toy_lm
+    from specverify.reference.toy import ToyModel
+    from specverify.reference.transforms import Transform
+    toy = ToyModel(4, 77, scale=0.7)
+    lm = toy_lm(toy)
+    ids = torch.tensor([[1, 2, 3]])
+    assert np.allclose(lm(ids).logits[0, -1].double().numpy(), toy.logits((1, 2, 3)), atol=1e-6)
+    engine = TransformersAssisted()
+    tokens, info = engine.generate(toy, toy, (1,), 2, Transform(), seed=0, n=20, length=4)
+    assert tokens.shape == (20, 4) and ((tokens >= 0) & (tokens < 4)).all()
+    assert info["num_drafted"] > 0 and info["num_accepted"] == info["num_drafted"]
+    greedy, _ = engine.generate(toy, toy.draft(78), (1,), 2, Transform(temperature=0.0), seed=0, n=2, length=4)
+    path = []
+    for _ in range(4):
+        path.append(int(np.argmax(toy.probs((1,) + tuple(path)))))
+    assert greedy.tolist() == [path, path]

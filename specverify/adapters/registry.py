@@ -15,6 +15,7 @@ from specverify.errors import InputError
 ENGINES = {
     "reference": ("specverify.adapters.reference:ReferenceEngine", "the exact float64 reference rules (must pass)"),
     "transformers": ("specverify.adapters.hf_transformers:make", "transformers' _speculative_sampling, injected coins (pip install 'specverify[transformers]')"),
+    "transformers-assisted": ("specverify.adapters.hf_engine:make", "transformers assisted generation (engine level) on the toy models as transformers LMs"),
     "vllm": ("specverify.adapters.vllm:make", "vLLM v1 rejection_sample on CPU (TRITON_INTERPRET), injected coins"),
     "sglang": ("specverify.adapters.sglang:chain", "SGLang chain_speculative_sampling_triton (classic) on CPU"),
     "sglang-block": ("specverify.adapters.sglang:block", "SGLang chain_speculative_sampling_triton, block_verification=True"),
