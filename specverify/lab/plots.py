@@ -120,6 +120,37 @@ def break_even_plot(props: dict, kappa: int) -> bytes:
     return to_png(fig)
 
 
+def depth_plot(depths: list, props: dict, kappa: int, ngram: dict | None) -> bytes:
+    """Measured (c, alpha) of each draft depth against the break-even curves alpha*(c) for v = 1 and
+    the measured verify cost v."""
+    fig = new_figure(5.6, 3.9)
+    ax = fig.subplots()
+    cs = np.linspace(0.0, 1.0, 200)
+    star = [F.break_even_alpha(kappa, c) for c in cs]
+    ax.plot(cs, [np.nan if a is None else a for a in star], color="black", lw=1.2, label=f"alpha*(c), kappa {kappa}")
+    row = next((r for r in props.get("draft", props.get("ngram", {"rows": []}))["rows"] if r["kappa"] == kappa), None)
+    v = row["verify_cost"] if row else None
+    if v:
+        star_v = [F.break_even_alpha(kappa, c, v) for c in cs]
+        ax.plot(cs, [np.nan if a is None else a for a in star_v], color=RED, ls=":", lw=1.3,
+                label=f"alpha*(c) with v = {v:.2f} measured")
+    for d in depths:
+        if d["alpha"] is None:
+            continue
+        ax.plot([d["c"]], [d["alpha"]], "o", color=ORANGE, ms=6)
+        ax.annotate(f"L={d['L']}", (d["c"], d["alpha"]), textcoords="offset points", xytext=(4, 3), fontsize=7)
+    if ngram and ngram.get("alpha") is not None:
+        ax.plot([ngram["c"]], [ngram["alpha"]], "s", color=BLUE, ms=7, label="n-gram")
+    ax.plot([], [], "o", color=ORANGE, label="draft = first L layers")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("c (draft step / target step)")
+    ax.set_ylabel("alpha (fitted)")
+    ax.set_title("which drafts can pay off", fontsize=9)
+    ax.legend(fontsize=7, frameon=False, loc="upper left")
+    return to_png(fig)
+
+
 def knee_plot(knee: dict) -> bytes:
     T = np.array(knee["T"], dtype=float)
     med = np.array(knee["t_best"]) * 1e3
@@ -172,4 +203,4 @@ def batch_plot(batch: dict, e2e: dict) -> bytes:
     return to_png(fig)
 
 
-__all__ = ["acceptance_plot", "kappa_plot", "break_even_plot", "knee_plot", "batch_plot"]
+__all__ = ["acceptance_plot", "kappa_plot", "break_even_plot", "depth_plot", "knee_plot", "batch_plot"]

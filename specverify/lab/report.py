@@ -49,7 +49,12 @@ def build_lab_document(r: dict) -> Document:
     doc.add(Para(
         f"Subject: {r.get('subject')}; {r['n_prompts']} prompts (categories edit, summarise, chat, code), "
         f"greedy (temperature {cfg['temperature']}), up to {cfg['max_tokens']} tokens each; proposers: "
-        f"{', '.join(props)} (draft model = the target's first {cfg['draft_layers']} layers + its head). "
+        f"{', '.join(props)} (draft model = the target's first {r['draft_layers']} layers + its head"
+        + (", the depth with the best predicted speedup in the depth scan below" if cfg.get("draft_layers") is None
+           else "") + "). "
+        + ("Times are CPU seconds of the lab's process (one torch thread), which other jobs on the shared machine "
+           "cannot inflate by preempting it; wall-clock speedups are in lab.json. " if r.get("clock") == "cpu" else "")
+        + 
         f"Machine: {m.get('processor')}, {m.get('cpu_count')} CPUs, torch {m.get('torch')} with "
         f"{m.get('torch_threads')} threads, load average at the end {m.get('load_average_at_end')} (shared machine: "
         f"comparisons are interleaved; step times are the fastest round). Measurement time "
@@ -185,6 +190,21 @@ def build_lab_document(r: dict) -> Document:
                       [[B, _f(v["plain_tps"], ".1f")] + [_f(v.get(n, {}).get("tps"), ".1f") for n in names]
                        + [_x(v.get(n, {}).get("speedup")) for n in names] for B, v in r["e2e"].items()],
                       align="r" * (2 + 2 * len(names))))
+
+    # ---- draft depth scan
+    if r.get("depths"):
+        doc.add(Heading(2, "Draft depth: cost against acceptance"))
+        doc.add(Formula(f"c(L) = t(first L layers + head) / t(all layers)      alpha*(c): E(alpha*, {ks}) = 1 + {ks} c"
+                        f"   (and = v({ks}) + {ks} c)"))
+        doc.add(Image("img/depth.png", plots.depth_plot(r["depths"], props, ks, r["proposers"].get("ngram")),
+                      "draft depth against break-even",
+                      caption=f"Self-speculative drafts (the target's first L layers and its head) at kappa = {ks}: "
+                              "measured c and alpha against the break-even curve; a draft above the curve speeds "
+                              "decoding up."))
+        doc.add(Table(["L layers", "c", "alpha", "E", "E/(1+kc)", "E/(v+kc)", "alpha* (v = 1)", "alpha* (v measured)"],
+                      [[str(d["L"]), _f(d["c"]), _f(d["alpha"]), _f(d["E"], ".2f"), _x(d["pred_formula"]),
+                        _x(d["pred_verify_cost"]), _f(d["break_even_alpha"]), _f(d["break_even_alpha_verify_cost"])]
+                       for d in r["depths"]], align="rrrrrrrr"))
 
     # ---- proposers compared
     doc.add(Heading(2, "Proposers compared"))

@@ -51,9 +51,11 @@ class LabConfig:
     quick: bool = False
     proposers: tuple = ("ngram", "draft")
     kappas: tuple = (1, 2, 3, 4, 5, 6, 7, 8)
-    draft_layers: int = 6
+    draft_layers: int | None = None  # None: the depth whose predicted speedup E/(v + kappa c) is largest
+    draft_depths: tuple = (2, 4, 6, 10, 15, 20, 25)
+    depth_prompts: int = 4
     prompts_per_category: int = 2
-    max_tokens: int = 64
+    max_tokens: int = 48
     knee_T: tuple = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
     batches: tuple = (1, 2, 4, 8, 16, 32, 64, 128, 256)
     sweep_kappa: int = 3
@@ -63,11 +65,13 @@ class LabConfig:
     rounds: int = 3
     temperature: float = 0.0
     threads: int | None = 1         # one thread: a co-tenant on the other core cannot stall a GEMM barrier
+    clock: str = "cpu"              # "cpu" (process CPU time) or "wall"
     seed: int = 0
 
     @classmethod
     def quick_config(cls, **kw) -> "LabConfig":
-        base = dict(quick=True, kappas=(1, 2, 3), draft_layers=1, prompts_per_category=1, max_tokens=12,
+        base = dict(quick=True, kappas=(1, 2, 3), draft_depths=(1, 2), depth_prompts=1, prompts_per_category=1,
+                    max_tokens=12,
                     knee_T=(1, 2, 4, 8, 16, 32), batches=(1, 2, 4, 8), sweep_kappa=2, ctx_len=16,
                     e2e_batches=(1, 2), e2e_max_tokens=8, rounds=2)
         base.update(kw)
@@ -88,6 +92,10 @@ class LabConfig:
             raise InputError("batch sizes and knee positions must be >= 1")
         if self.rounds < 1 or self.max_tokens < 2:
             raise InputError("need rounds >= 1 and max_tokens >= 2")
+        if self.clock not in M.CLOCKS:
+            raise InputError(f"clock {self.clock!r}: choose cpu or wall")
+        if self.draft_layers is None and not self.draft_depths:
+            raise InputError("give --draft-layers or some draft depths to choose from")
 
 
 # ================================================================================ state
@@ -148,9 +156,9 @@ def load_subject(config: LabConfig):
 
 # ============================================================================ measuring
 
-def _measure_c(model, config, prompt_ids, bar) -> dict:
-    target = M.StepTimer(model)
-    draft = M.StepTimer(model.draft_view(config.draft_layers))
+def _measure_c(model, config, prompt_ids, L, bar) -> dict:
+    target = M.StepTimer(model, config.clock)
+    draft = M.StepTimer(model.draft_view(L), config.clock)
     ctx = config.ctx_len
     times = M.interleaved({"target": lambda: target(1, 1, ctx), "draft": lambda: draft(1, 1, ctx)},
                           rounds=max(5, 3 * config.rounds), bar=bar)
@@ -165,21 +173,39 @@ def _measure_c(model, config, prompt_ids, bar) -> dict:
     return {"t_target": times["target"], "t_draft": times["draft"], "c_draft": t_d / t_t,
             "c_draft_median_of_ratios": M.median(ratios),
             "t_ngram_lookup": t_lookup, "c_ngram": t_lookup / (max(config.kappas) * t_t),
-            "ngram_tokens": len(seq)}
+            "ngram_tokens": len(seq), "draft_layers": L}
 
 
 def _measure_knee(model, config, bar) -> dict:
-    timer = M.StepTimer(model)
+    timer = M.StepTimer(model, config.clock)
     fns = {str(T): (lambda T=T: timer(1, T, config.ctx_len)) for T in config.knee_T}
     times = M.interleaved(fns, rounds=config.rounds, bar=bar)
     timer.release()
     return {"T": list(config.knee_T), "t": [times[str(T)] for T in config.knee_T]}
 
 
-def _measure_prompt(model, config, ids, eos) -> dict:
+def _measure_depth(model, config, prompts, eos, L, bar) -> dict:
+    """A draft of the target's first L layers: c(L) and its acceptance at the sweep kappa."""
+    target = M.StepTimer(model, config.clock)
+    draft = M.StepTimer(model.draft_view(L), config.clock)
+    times = M.interleaved({"target": lambda: target(1, 1, config.ctx_len), "draft": lambda: draft(1, 1, config.ctx_len)},
+                          rounds=max(3, config.rounds), bar=bar)
+    target.release()
+    draft.release()
+    runs = []
+    for ids in prompts[:config.depth_prompts]:
+        r = M.run_generate(model, [ids], spec="draft", kappa=config.sweep_kappa, max_tokens=config.max_tokens,
+                           draft_layers=L, eos_token_id=eos, temperature=config.temperature, seed=config.seed).to_dict()
+        r.pop("tokens")
+        runs.append(r)
+    return {"L": L, "c": M.best(times["draft"]) / M.best(times["target"]), "t_target": times["target"],
+            "t_draft": times["draft"], "runs": runs}
+
+
+def _measure_prompt(model, config, ids, eos, L) -> dict:
     def one(spec, kappa):
         return M.run_generate(model, [ids], spec=spec, kappa=kappa, max_tokens=config.max_tokens,
-                              draft_layers=config.draft_layers, eos_token_id=eos, temperature=config.temperature,
+                              draft_layers=L, eos_token_id=eos, temperature=config.temperature,
                               seed=config.seed).to_dict()
     out = {"plain": [one("none", 0)]}
     for p in config.proposers:
@@ -189,9 +215,9 @@ def _measure_prompt(model, config, ids, eos) -> dict:
     return out
 
 
-def _measure_batch(model, config, B) -> dict:
-    target = M.StepTimer(model)
-    draft = M.StepTimer(model.draft_view(config.draft_layers))
+def _measure_batch(model, config, B, L) -> dict:
+    target = M.StepTimer(model, config.clock)
+    draft = M.StepTimer(model.draft_view(L), config.clock)
     k, ctx = config.sweep_kappa, config.ctx_len
     times = M.interleaved({"plain": lambda: target(B, 1, ctx), "verify": lambda: target(B, k + 1, ctx),
                            "draft": lambda: draft(B, 1, ctx)}, rounds=config.rounds, warmup=1)
@@ -200,12 +226,12 @@ def _measure_batch(model, config, B) -> dict:
     return times
 
 
-def _measure_e2e(model, config, prompts, eos, B) -> dict:
+def _measure_e2e(model, config, prompts, eos, B, L) -> dict:
     ids = [prompts[i % len(prompts)] for i in range(B)]
     out = {}
     for spec in ("none", *config.proposers, "none"):
         r = M.run_generate(model, ids, spec=spec, kappa=config.sweep_kappa, max_tokens=config.e2e_max_tokens,
-                           draft_layers=config.draft_layers, eos_token_id=eos, ignore_eos=True, batch=B,
+                           draft_layers=L, eos_token_id=eos, ignore_eos=True, batch=B,
                            temperature=config.temperature, seed=config.seed).to_dict()
         r.pop("tokens")
         out.setdefault(spec, []).append(r)
@@ -225,29 +251,39 @@ def run_lab(config: LabConfig, *, state_path: str | None = None, fresh: bool = F
     resumed = len(state.units)
     progress("loading the model")
     model, prompts, eos, subject = load_subject(config)
-    units = (["step_c", "knee"] + [f"kappa/{i}" for i in range(len(prompts))]
+    depths = [] if config.draft_layers is not None else \
+        [L for L in config.draft_depths if 1 <= L <= getattr(getattr(model, "config", None), "n_layers", L)]
+    units = (["knee"] + [f"depth/{L}" for L in depths] + ["step_c"] + [f"kappa/{i}" for i in range(len(prompts))]
              + [f"batch/{B}" for B in config.batches] + [f"e2e/{B}" for B in config.e2e_batches])
     todo = [u for u in units if not state.done(u)]
+    L = config.draft_layers
     with progress.bar(len(units), "lab") as bar:
         bar.advance(len(units) - len(todo), note=f"resumed {len(units) - len(todo)} units" if resumed else None)
-        for u in todo:
+        for u in units:
+            if u == "step_c" and L is None:       # every depth is measured: pick the draft for the rest
+                L = choose_depth(config, {d: state.units[f"depth/{d}"]["value"] for d in depths},
+                                 state.units["knee"]["value"])
+            if state.done(u):
+                continue
             bar.set_note(u)
             t0 = time.perf_counter()
-            if u == "step_c":
-                v = _measure_c(model, config, prompts, bar)
-            elif u == "knee":
+            if u == "knee":
                 v = _measure_knee(model, config, bar)
+            elif u.startswith("depth/"):
+                v = _measure_depth(model, config, prompts, eos, int(u.split("/")[1]), bar)
+            elif u == "step_c":
+                v = _measure_c(model, config, prompts, L, bar)
             elif u.startswith("kappa/"):
-                v = _measure_prompt(model, config, prompts[int(u.split("/")[1])], eos)
+                v = _measure_prompt(model, config, prompts[int(u.split("/")[1])], eos, L)
             elif u.startswith("batch/"):
-                v = _measure_batch(model, config, int(u.split("/")[1]))
+                v = _measure_batch(model, config, int(u.split("/")[1]), L)
             else:
-                v = _measure_e2e(model, config, prompts, eos, int(u.split("/")[1]))
+                v = _measure_e2e(model, config, prompts, eos, int(u.split("/")[1]), L)
             v = {"value": v, "seconds": time.perf_counter() - t0}
             state.put(u, v)
             bar.advance(note=u)
     measured_s = sum(state.units[u]["seconds"] for u in units)
-    result = analyse(config, {u: state.units[u]["value"] for u in units}, prompts)
+    result = analyse(config, {u: state.units[u]["value"] for u in units}, prompts, L, depths)
     import torch as _t
     result["machine"] = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
                          "cpu_count": os.cpu_count(), "torch": _t.__version__, "torch_threads": _t.get_num_threads(),
@@ -274,8 +310,12 @@ def _clean(x):
     return x
 
 
-def _pool_runs(runs: list) -> dict:
-    """Sum the counters of several end-to-end runs (one config over prompts)."""
+def _secs(r: dict, clock_name: str) -> float:
+    return r.get("decode_cpu_s", 0.0) if clock_name == "cpu" else r["decode_s"]
+
+
+def _pool_runs(runs: list, clock_name: str = "wall") -> dict:
+    """Sum the counters of several end-to-end runs (one config over prompts); decode_s on the clock."""
     acc = sum(r["metrics"]["num_accepted"] for r in runs)
     ver = sum(r["metrics"]["num_verifies"] for r in runs)
     rej = sum(r["metrics"]["num_rejections"] for r in runs)
@@ -283,19 +323,41 @@ def _pool_runs(runs: list) -> dict:
     drafted = [sum(r["metrics"]["drafted_at"][i] for r in runs if len(r["metrics"]["drafted_at"]) > i) for i in range(k)]
     accepted = [sum(r["metrics"]["accepted_at"][i] for r in runs if len(r["metrics"]["accepted_at"]) > i) for i in range(k)]
     dec_tok = sum(r["decode_tokens"] for r in runs)
-    dec_s = sum(r["decode_s"] for r in runs)
+    dec_s = sum(_secs(r, clock_name) for r in runs)
+    wall = sum(r["decode_s"] for r in runs)
     steps = sum(r["metrics"]["num_steps"] for r in runs)
     return {"E": 1 + acc / ver if ver else None, "alpha": F.fitted_alpha(acc, rej) if acc + rej else None,
             "r_i": [a / d if d else None for a, d in zip(accepted, drafted)], "drafted_at": drafted,
             "accepted_at": accepted, "verifies": ver, "accepted": acc, "rejections": rej,
             "decode_tokens": dec_tok, "decode_s": dec_s, "decode_tps": dec_tok / dec_s if dec_s > 0 else None,
+            "decode_wall_s": wall, "decode_wall_tps": dec_tok / wall if wall > 0 else None,
             "draft_time_s": sum(r["metrics"]["draft_time_s"] for r in runs),
             "target_time_s": sum(r["metrics"]["target_time_s"] for r in runs), "steps": steps,
             "emitted": sum(r["emitted"] for r in runs)}
 
 
-def analyse(config: LabConfig, u: dict, prompts: list) -> dict:
+def _verify_cost_fn(knee: dict):
+    """v(kappa) = t(kappa+1 positions) / t(1 position) from the knee's fastest rounds."""
+    T = np.array(knee["T"], dtype=np.float64)
+    t = np.array([M.best(x) for x in knee["t"]])
+    return lambda k: float(np.interp(k + 1, T, t) / t[0])
+
+
+def choose_depth(config: LabConfig, depth_units: dict, knee: dict) -> int:
+    """The draft depth with the largest predicted speedup E / (v(kappa) + kappa c) at the sweep kappa."""
+    v = _verify_cost_fn(knee)(config.sweep_kappa)
+    k = config.sweep_kappa
+
+    def predicted(L):
+        d = depth_units[L]
+        E = _pool_runs(d["runs"])["E"] or 1.0
+        return E / (v + k * d["c"])
+    return max(sorted(depth_units), key=predicted)
+
+
+def analyse(config: LabConfig, u: dict, prompts: list, L: int, depths: list) -> dict:
     n_prompts = len(prompts)
+    clk = config.clock
     c_unit = u["step_c"]
     c = {"draft": c_unit["c_draft"], "ngram": c_unit["c_ngram"]}
     best = M.best
@@ -303,32 +365,30 @@ def analyse(config: LabConfig, u: dict, prompts: list) -> dict:
     T = np.array(knee["T"], dtype=np.float64)
     t_med = np.array([best(x) for x in knee["t"]])                 # fastest round of each T
     fit = F.fit_knee(T, t_med)
-    v_of = {int(Ti): float(ti / t_med[0]) for Ti, ti in zip(T, t_med)}           # verify cost t(T)/t(1)
-
-    def verify_cost(k):
-        if k + 1 in v_of:
-            return v_of[k + 1]
-        return float(np.interp(k + 1, T, t_med) / t_med[0])
+    verify_cost = _verify_cost_fn(knee)                             # v(k) = t(k+1) / t(1)
 
     # ---- kappa sweep: pooled over prompts
     plain_runs = [r for i in range(n_prompts) for r in u[f"kappa/{i}"]["plain"]]
-    plain = _pool_runs(plain_runs)
+    plain = _pool_runs(plain_runs, clk)
+    plain_wall = _pool_runs(plain_runs, "wall")
     plain_tps = plain["decode_tps"]
     proposers = {}
     for p in config.proposers:
         rows = []
         for k in config.kappas:
             runs = [u[f"kappa/{i}"][f"{p}/{k}"] for i in range(n_prompts)]
-            pooled = _pool_runs(runs)
+            pooled = _pool_runs(runs, clk)
             # per-prompt speedups (each against the mean of its own two plain runs)
             per = []
             for i in range(n_prompts):
                 pl = u[f"kappa/{i}"]["plain"]
-                ptps = np.mean([r["decode_tokens"] / r["decode_s"] for r in pl if r["decode_s"] > 0])
+                ptps = np.mean([r["decode_tokens"] / _secs(r, clk) for r in pl if _secs(r, clk) > 0])
                 sr = u[f"kappa/{i}"][f"{p}/{k}"]
-                if sr["decode_s"] > 0:
-                    per.append((sr["decode_tokens"] / sr["decode_s"]) / ptps)
+                if _secs(sr, clk) > 0:
+                    per.append((sr["decode_tokens"] / _secs(sr, clk)) / ptps)
             S = pooled["decode_tps"] / plain_tps if pooled["decode_tps"] and plain_tps else None
+            S_wall = (pooled["decode_wall_tps"] / plain_wall["decode_wall_tps"]
+                      if pooled["decode_wall_tps"] and plain_wall["decode_wall_tps"] else None)
             E, a = pooled["E"], pooled["alpha"]
             v = verify_cost(k)
             # c as the engine saw it: draft seconds per draft pass over plain target seconds per step
@@ -336,7 +396,7 @@ def analyse(config: LabConfig, u: dict, prompts: list) -> dict:
             if p == "draft" and pooled["verifies"]:
                 c_run = (pooled["draft_time_s"] / (pooled["verifies"] * k)) / (plain["target_time_s"] / plain["steps"])
             rows.append({
-                "kappa": k, "E": E, "alpha": a, "r_i": pooled["r_i"], "speedup": S,
+                "kappa": k, "E": E, "alpha": a, "r_i": pooled["r_i"], "speedup": S, "speedup_wall": S_wall,
                 "speedup_per_prompt": per, "speedup_iqr": M.iqr(per) if per else None,
                 "decode_tps": pooled["decode_tps"], "c_in_run": c_run,
                 "E_iid": F.expected_length(a, k) if a is not None else None,
@@ -394,22 +454,38 @@ def analyse(config: LabConfig, u: dict, prompts: list) -> dict:
     e2e = {}
     for B in config.e2e_batches:
         runs = u[f"e2e/{B}"]
-        pl = _pool_runs(runs["none"])
+        pl = _pool_runs(runs["none"], clk)
         e2e[str(B)] = {"plain_tps": pl["decode_tps"]}
         for p in config.proposers:
-            sp = _pool_runs(runs[p])
+            sp = _pool_runs(runs[p], clk)
             e2e[str(B)][p] = {"tps": sp["decode_tps"], "E": sp["E"],
                               "speedup": sp["decode_tps"] / pl["decode_tps"] if sp["decode_tps"] and pl["decode_tps"] else None}
 
+    # ---- draft depth scan: c(L) against acceptance, beside the break-even curve
+    depth = []
+    ks3 = config.sweep_kappa
+    v3 = verify_cost(ks3)
+    for d in depths:
+        du = u[f"depth/{d}"]
+        pooled = _pool_runs(du["runs"], clk)
+        E = pooled["E"]
+        depth.append({"L": d, "c": du["c"], "E": E, "alpha": pooled["alpha"], "r_i": pooled["r_i"],
+                      "pred_formula": F.speedup(E, ks3, du["c"]) if E else None,
+                      "pred_verify_cost": F.speedup(E, ks3, du["c"], v3) if E else None,
+                      "break_even_alpha": F.break_even_alpha(ks3, du["c"]),
+                      "break_even_alpha_verify_cost": F.break_even_alpha(ks3, du["c"], v3)})
+
     return _clean({
-        "kind": "lab", "config": asdict(config), "n_prompts": n_prompts,
+        "kind": "lab", "config": asdict(config), "n_prompts": n_prompts, "draft_layers": L, "depths": depth,
+        "clock": clk,
         "c": {"draft": c_unit["c_draft"], "draft_median_of_ratios": c_unit["c_draft_median_of_ratios"],
               "t_target_1": best(c_unit["t_target"]), "t_draft_1": best(c_unit["t_draft"]),
               "t_target_rounds": c_unit["t_target"], "t_draft_rounds": c_unit["t_draft"],
               "ngram": c_unit["c_ngram"], "t_ngram_lookup": c_unit["t_ngram_lookup"]},
         "knee": {"T": knee["T"], "t_best": t_med.tolist(), "t_rounds": knee["t"], **fit,
                  "affine": F.fit_affine(T, t_med)},
-        "plain": {"decode_tps": plain_tps, "decode_tokens": plain["decode_tokens"], "decode_s": plain["decode_s"]},
+        "plain": {"decode_tps": plain_tps, "decode_tokens": plain["decode_tokens"], "decode_s": plain["decode_s"],
+                  "decode_wall_tps": plain_wall["decode_wall_tps"]},
         "proposers": proposers, "batch": batch, "e2e": e2e,
         "chapter": {"E_0.7_k3": F.expected_length(0.7, 3), "break_even_k3_c0.165": F.break_even_alpha(3, 0.165),
                     "crossing_k3_c0.165_a0.7_T295": F.roofline_crossing(F.expected_length(0.7, 3), 3, 0.165, 295)},
