@@ -275,6 +275,29 @@ def test_interrupted_write_leaves_old_report_or_nothing(audits, tmp_path, monkey
     assert sorted(os.listdir(tmp_path)) == ["rep"]
 
 
+def test_sigint_to_the_cli_leaves_the_old_report_or_a_whole_new_one(full_audits, tmp_path):
+    """A real ^C (SIGINT) to `specverify report` while it renders: the old report survives byte for
+    byte and no temporary folder is left (or, if the signal came too late, the new report is whole)."""
+    import signal
+    import time
+    out = tmp_path / "rep"
+    audit_report.write_report([subset(full_audits[0], ("dirichlet,pos=0",))], str(out))
+    before = _listing(out)
+    src = tmp_path / "in.json"
+    src.write_text(json.dumps(full_audits[2]))
+    proc = subprocess.Popen([sys.executable, "-m", "specverify", "report", str(src), "-o", str(out), "-q"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4.0)                                     # past the imports, inside the plots
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert sorted(os.listdir(tmp_path)) == ["in.json", "rep"], os.listdir(tmp_path)
+    if proc.returncode == 130:
+        assert "interrupted" in err and _listing(out) == before
+    else:
+        assert proc.returncode == 0
+        assert_report_complete(str(out), [full_audits[2]])
+
+
 def test_replacing_a_report_swaps_it_whole(audits, tmp_path):
     out = tmp_path / "rep"
     audit_report.write_report([subset(audits[0], ("dirichlet,pos=0",))], str(out))
