@@ -29,6 +29,9 @@ def register(sub) -> None:
                    help="runs of each (prompt, config); the fastest counts (robust to other load on the machine)")
     p.add_argument("--backend", default="default")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads (default 1: on the shared 2 cores, a second OpenMP thread spin-waits "
+                        "and slows decode under load; 0 = torch's default)")
     p.set_defaults(func=run)
 
 
@@ -46,6 +49,9 @@ def _timed(model, tok, prompt_ids, *, spec, kappa, backend, max_tokens, draft_la
 
 
 def run(args) -> int:
+    import torch
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     from specverify.engine.bitwise import encode_prompts, load_prompts
     from specverify.engine.loader import load_smollm2
     from specverify.errors import InputError
@@ -104,6 +110,7 @@ def run(args) -> int:
             "target_passes_per_token": sum(m.num_request_steps for m in ms) / max(1, a["tokens"]),
         })
     result = {"model": "SmolLM2-135M-Instruct (Q4_1 dequantised, fp32)", "backend": args.backend, "batch": 1,
+              "threads": torch.get_num_threads(),
               "prompts": cats, "n_prompts": len(ids), "max_tokens": args.max_tokens,
               "outputs_identical_to_plain": f"{same}/{len(ids)}", "configs": rows}
     if args.json:

@@ -25,10 +25,16 @@ def register(sub) -> None:
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--backend", default="default", help="op backend: default, invariant, triton")
     p.add_argument("--json", action="store_true", help="print one JSON object (tokens, text, metrics) instead of streaming")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads (default 1: on the shared 2 cores, a second OpenMP thread spin-waits "
+                        "and slows decode under load; 0 = torch's default)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    import torch
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     from specverify.engine.api import generate
     from specverify.engine.engine import SamplingParams
     from specverify.engine.loader import load_model, load_smollm2
