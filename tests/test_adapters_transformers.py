@@ -142,3 +142,16 @@ def test_engine_level_toy_models_as_transformers_lms():
     for _ in range(4):
         path.append(int(np.argmax(toy.probs((1,) + tuple(path)))))
     assert greedy.tolist() == [path, path]
+
+
+def test_reduced_audit_finds_the_coin_zero_bug_and_passes_the_law():
+    """The audit pipeline itself on transformers' sampler (CI-sized: 2000 samples per problem): every
+    marginal/joint row passes (family-wise false alarm 1e-3 by Holm, seeded), the coin-0.0 row fails."""
+    from specverify.findings.report import audit
+    result, _ = audit("transformers", samples=2000, checks=["marginal", "joint", "endpoints"], probe_names=[])
+    rows = {c.name: c for c in result.checks}
+    assert rows["chain.zero_prob[coin=0.0]"].verdict == "fail"
+    assert rows["chain.zero_prob[coin=1-2^-24]"].verdict == "pass"
+    stat = [c for c in result.checks if c.p_value is not None]
+    assert stat and all(c.verdict == "pass" for c in stat), [c.name for c in stat if c.verdict != "pass"]
+    assert result.engine_version.split(" ")[0] == transformers.__version__

@@ -7,8 +7,10 @@ the layout and injects the randomness:
     ours (specverify.reference.batch)          vLLM
     draft_token_ids [T], -1 padded         ->  draft_token_ids int32 [T]         (same layout)
     num_draft_tokens [B]                   ->  num_draft_tokens list, cu_num_draft_tokens int32 [B]
-    target_probs [T + B, V]                ->  target_logits = log(p) float32 [T, V] (draft rows only;
-                                               vLLM takes the softmax again: p up to float32 rounding)
+    target_probs [T + B, V]                ->  target_logits [T, V] float64 (draft rows only): log(p) for
+                                               sampled requests (vLLM's softmax(dtype=float32) gives p up to
+                                               float32 rounding); p itself for greedy requests, which only
+                                               take its argmax (keeps float64 ties and near ties)
     draft_probs [T, V] | None              ->  draft_probs float32 [T, V] | None (NO_DRAFT_PROBS)
     greedy [B]                             ->  sampling_metadata.temperature 0 (greedy) / 1
     accept coins [T]                       ->  returned by a replaced `generate_uniform_probs`
@@ -17,8 +19,8 @@ the layout and injects the randomness:
                                                Sampler and passes them in: `bonus_token_ids`)
 
 Recovered tokens come from vLLM's own Exp(1) race (`sample_recovered_tokens_kernel`: argmax of
-max(0, p - q) / E). The exponentials are drawn here from a generator seeded by the final coins, so a
-call is reproducible; `exponentials` can be set to inject them. The kernel is launched with a vocab
+max(0, p - q) / E). Request b's exponentials are drawn here from a generator seeded by its own final
+coin, so a call is reproducible and a request's tokens do not depend on its neighbours; `exponentials` can be set to inject them. The kernel is launched with a vocab
 tile of next_pow2(V) instead of vLLM's 8192: for V <= 8192 both are one tile, the same reduction;
 in the interpreter the small tile is ~2x faster. Set `stock_recovered = True` to call vLLM's own
 `sample_recovered_tokens` unchanged instead (torch's global RNG, seeded the same way).
@@ -63,17 +65,24 @@ class VllmSampler:
     def _uniform(self, num_tokens, num_draft_tokens, generators, device):
         return self._coins
 
-    def _exp(self, seed, shape):
+    def _exp(self, shape):
+        """Exp(1) variables [B, V]: row b from a generator seeded by request b's own final coin, so a
+        request's recovered token does not depend on its neighbours (as with vLLM's per-request
+        generators)."""
         if self.exponentials is not None:
             return self.torch.as_tensor(np.asarray(self.exponentials(*shape), np.float32))
-        g = self.torch.Generator().manual_seed(seed)
-        return self.torch.empty(shape, dtype=self.torch.float32).exponential_(generator=g)
+        rows = []
+        for c in self._final:
+            seed = int.from_bytes(hashlib.blake2b(np.float64(c).tobytes(), digest_size=8).digest(), "little") >> 1
+            g = self.torch.Generator().manual_seed(seed)
+            rows.append(self.torch.empty(shape[1], dtype=self.torch.float32).exponential_(generator=g))
+        return self.torch.stack(rows) if rows else self.torch.empty(shape, dtype=self.torch.float32)
 
     def _recovered(self, max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids, draft_probs,
                    target_probs, sampling_metadata, device, use_fp64_gumbel=False):
         torch = self.torch
         vocab = target_probs.shape[-1]
-        inv_q = self._exp(self._seed, (len(num_draft_tokens), vocab)).reciprocal()
+        inv_q = self._exp((len(num_draft_tokens), vocab)).reciprocal()
         out = torch.empty_like(draft_token_ids)
         if max_spec_len == 0:
             return out
@@ -90,9 +99,15 @@ class VllmSampler:
         is_draft_row = np.ones(batch.target_probs.shape[0], bool)
         bonus_rows = batch.target_row_start + batch.num_draft_tokens
         is_draft_row[bonus_rows] = False
-        with np.errstate(divide="ignore"):
-            logits = torch.from_numpy(np.log(batch.target_probs[is_draft_row]).astype(np.float32))
         greedy = batch.greedy
+        rows = batch.target_probs[is_draft_row]
+        with np.errstate(divide="ignore"):
+            logits = np.log(rows)
+        # greedy requests only take target_logits.argmax(): their rows carry p itself in float64, so
+        # that ties and one-ulp near ties order as in the reference (log p in float32 would merge them)
+        greedy_row = np.repeat(greedy, batch.num_draft_tokens)
+        logits[greedy_row] = rows[greedy_row]
+        logits = torch.from_numpy(np.ascontiguousarray(logits, np.float64))
         bonus = np.array([argmax_lowest(batch.target_probs[r]) if g else draw(batch.target_probs[r], float(c))
                           for r, g, c in zip(bonus_rows, greedy, coins.final)], np.int64)
         metadata = self.metadata_cls(
@@ -103,8 +118,8 @@ class VllmSampler:
             allowed_token_ids_mask=None, bad_words_token_ids={}, logitsprocs=None)
         draft = None if batch.draft_probs is None else torch.from_numpy(batch.draft_probs.astype(np.float32))
         self._coins = torch.from_numpy(np.ascontiguousarray(coins.accept, np.float64))
-        self._seed = int.from_bytes(hashlib.blake2b(np.ascontiguousarray(coins.final).tobytes(),
-                                                    digest_size=8).digest(), "little") >> 1
+        self._final = np.asarray(coins.final, np.float64)
+        self._seed = int.from_bytes(hashlib.blake2b(self._final.tobytes(), digest_size=8).digest(), "little") >> 1
         saved = self.rs.generate_uniform_probs, self.rs.sample_recovered_tokens
         self.rs.generate_uniform_probs = self._uniform
         if self.stock_recovered:

@@ -20,6 +20,7 @@ ONE_STEP = ["marginal", "joint", "acceptance", "endpoints", "composition", "gree
 # engine -> (probes to run, battery samples per one-step problem, battery checks or None = all)
 PLANS = {
     "transformers": (["residual_zero", "residual_zero_logits", "assisted_law", "identity_draft"], 20_000, None),
+    "transformers-assisted": ([], 4_000, None),
     "vllm": (["residual_zero", "padded_recovered"], 2_000, ONE_STEP),
     "sglang": (["residual_zero", "padded_recovered"], 2_000, ONE_STEP),
     "sglang-block": ([], 2_000, ONE_STEP),
@@ -33,10 +34,12 @@ REPRODUCERS = {
                      ("residual_zero", "transformers_residual_zero"),
                      ("identity", "transformers_identity_draft")],
     "vllm": [("zero_prob[coin=0.0", "vllm_coin_zero"), ("padded_recovered", "vllm_padded_recovered"),
+             ("[padded", "vllm_padded_recovered"),
              ("residual_zero", "vllm_residual_zero")],
     "sglang": [("residual_zero", "sglang_residual_zero")],
     "sglang-block": [],
     "sglang-tree-greedy": [],
+    "transformers-assisted": [("identity", "transformers_identity_draft")],
 }
 
 # not auditable on CPU, said in every SGLang report

@@ -25,12 +25,24 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--assisted-runs", type=int, default=1500, help="transformers assisted_law runs")
     ap.add_argument("--identity-runs", type=int, default=150, help="transformers identity_draft runs per temperature")
+    ap.add_argument("--repros-only", action="store_true",
+                    help="only re-run the reproducers already in the engines' report folders")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     unknown = [e for e in args.engines if e not in PLANS]
     if unknown:
         print(f"specverify.findings: unknown engine(s) {', '.join(unknown)}; known: {', '.join(PLANS)}", file=sys.stderr)
         return 2
+    if args.repros_only:
+        from pathlib import Path
+
+        from .report import run_repro, slug
+        for e in args.engines:
+            for folder in sorted(Path(args.out).glob(f"{slug(e)}-[0-9]*")):
+                for script in sorted(folder.glob("repro_*.py")):
+                    run_repro(script)
+                    print(f"{script} -> {script.with_suffix('.out').name}")
+        return 0
     if args.one:
         from specverify.errors import AdapterError, InputError
         from .report import audit, write

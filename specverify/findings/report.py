@@ -97,6 +97,20 @@ def markdown(result, repros: dict, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def run_repro(script: Path) -> str:
+    """Run one reproducer (its own process, this environment) and write its output beside it."""
+    script = script.resolve()
+    try:
+        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=dict(os.environ),
+                              timeout=REPRO_TIMEOUT, cwd=str(script.parent))
+        text = "\n".join(line for line in (proc.stdout + proc.stderr).splitlines() if "vllm._C" not in line)
+        text += f"\n[exit code {proc.returncode}]\n"
+    except subprocess.TimeoutExpired:
+        text = f"[timed out after {REPRO_TIMEOUT} s]\n"
+    script.with_suffix(".out").write_text(text)
+    return text
+
+
 def write(result, name: str, out_root: str, run_repros: bool = True) -> Path:
     version = (result.engine_version or "unknown").split(" ")[0]
     folder = Path(out_root) / f"{slug(name)}-{version}"
@@ -112,19 +126,9 @@ def write(result, name: str, out_root: str, run_repros: bool = True) -> Path:
                 repros[c.name] = f"repro_{script}"
                 break
     for script in sorted(set(repros.values())):
-        src = REPRO_DIR / f"{script[len('repro_'):]}.py"
-        dst = folder / f"{script}.py"
-        shutil.copyfile(src, dst)
+        shutil.copyfile(REPRO_DIR / f"{script[len('repro_'):]}.py", folder / f"{script}.py")
         if run_repros:
-            env = dict(os.environ)
-            try:
-                proc = subprocess.run([sys.executable, str(dst)], capture_output=True, text=True, env=env,
-                                      timeout=REPRO_TIMEOUT, cwd=str(folder))
-                text = proc.stdout + proc.stderr
-                text = "\n".join(l for l in text.splitlines() if "vllm._C" not in l) + f"\n[exit code {proc.returncode}]\n"
-            except subprocess.TimeoutExpired:
-                text = f"[timed out after {REPRO_TIMEOUT} s]\n"
-            (folder / f"{script}.out").write_text(text)
+            run_repro(folder / f"{script}.py")
     (folder / "audit.json").write_text(json.dumps({**result.to_dict(), "reproducers": repros}, indent=1) + "\n")
     (folder / "README.md").write_text(markdown(result, repros, name))
     return folder

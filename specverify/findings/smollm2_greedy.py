@@ -6,6 +6,9 @@ attention, float32, CPU): are the token ids identical?
     lookup       generate(do_sample=False, prompt_lookup_num_tokens=K)
     assistant    generate(do_sample=False, assistant_model=<the same GGUF, a second instance>)
 
+and, with do_sample=True and the model as its own assistant, how many drafts transformers accepts at
+T = 0.7 and T = 1.0 (q == p: an exact verifier with identical transforms accepts all).
+
 `python -m specverify.findings.smollm2_greedy [--tokens 24] [--json PATH]` prints, per prompt and mode,
 whether the ids equal plain greedy and the first differing position.
 """
@@ -62,7 +65,37 @@ def compare(tokens: int = 24, lookup: int = 3) -> dict:
                      "lookup_first_diff": first_diff(plain, look), "assistant_equal": assist == plain,
                      "assistant_first_diff": first_diff(plain, assist),
                      "seconds": {"plain": t1 - t0, "lookup": t2 - t1, "assistant": t3 - t2}})
-    return {"model": "SmolLM2-135M-Instruct Q4_1 GGUF (dequantised fp32)", "tokens": tokens, "rows": rows}
+    return {"model": "SmolLM2-135M-Instruct Q4_1 GGUF (dequantised fp32)", "tokens": tokens, "rows": rows,
+            "identity_draft": identity(model, assistant, tok, tokens)}
+
+
+def identity(model, assistant, tok, tokens: int) -> list:
+    """Sampling with the model as its own assistant: drafts and acceptances counted by observing
+    transformers' _speculative_sampling (q == p, so an exact verifier accepts every draft)."""
+    import torch
+    import transformers.generation.utils as gu
+    real, calls = gu._speculative_sampling, []
+
+    def observed(*args, **kw):
+        out = real(*args, **kw)
+        calls.append((int(args[2]), int(out[1])))
+        return out
+
+    rows = []
+    gu._speculative_sampling = observed
+    try:
+        for temperature in (0.7, 1.0):
+            calls.clear()
+            for i, prompt in enumerate(PROMPTS):
+                torch.manual_seed(i)
+                ids = tok(prompt, return_tensors="pt")
+                model.generate(**ids, assistant_model=assistant, do_sample=True, temperature=temperature,
+                               max_new_tokens=tokens, min_new_tokens=tokens, pad_token_id=tok.eos_token_id)
+            rows.append({"temperature": temperature, "drafted": sum(c for c, _ in calls),
+                         "accepted": sum(m for _, m in calls)})
+    finally:
+        gu._speculative_sampling = real
+    return rows
 
 
 def main(argv=None) -> int:
@@ -77,6 +110,9 @@ def main(argv=None) -> int:
         print(f"{r['prompt']!r:70.70} lookup {'==' if r['lookup_equal'] else '!='} plain"
               f"  assistant {'==' if r['assistant_equal'] else '!='} plain  "
               f"({', '.join(f'{k} {v:.1f}s' for k, v in r['seconds'].items())})")
+    for r in res["identity_draft"]:
+        print(f"model as its own assistant, do_sample, T = {r['temperature']}: accepted {r['accepted']} of "
+              f"{r['drafted']} drafts")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
