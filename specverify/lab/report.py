@@ -72,7 +72,10 @@ def build_lab_document(r: dict) -> Document:
         rows.append([f"{name}: fitted alpha", "0.70 (chapter's example)", _f(p["alpha"])])
         rows.append([f"{name}: E at kappa {kmax}", f"E(alpha, {kmax}) = {_f(p['E_iid_max_kappa'], '.2f')}",
                      _f(p["E_max_kappa"], ".2f")])
-        rows.append([f"{name}: best speedup (kappa)", "", f"{_x(p['best_speedup'])} (kappa {p['best_kappa']})"])
+        br = next((row for row in p["rows"] if row["kappa"] == p["best_kappa"]), None)
+        rows.append([f"{name}: best speedup (kappa)",
+                     (f"E/(1+kc) = {_x(br['pred_formula'])}, E/(v+kc) = {_x(br['pred_verify_cost'])}" if br else ""),
+                     f"{_x(p['best_speedup'])} (kappa {p['best_kappa']})"])
         rows.append([f"{name}: break-even alpha* at kappa {ks}", "0.34 for c = 0.165",
                      _f(p["break_even_alpha"].get(str(ks)))])
         cur = r["batch"]["curves"].get(name, {})
@@ -112,14 +115,17 @@ def build_lab_document(r: dict) -> Document:
                           "bars: interquartile range of per-prompt ratios)."))
     for name, p in props.items():
         doc.add(Heading(3, f"{name} (c = {p['c']:.3g})"))
-        doc.add(Table(["kappa", "E", "alpha", "speedup", "IQR", "E/(1+kc)", "E(alpha,k)/(1+kc)", "v", "E/(v+kc)",
-                       "c in run"],
+        doc.add(Table(["kappa", "E", "alpha", "speedup", "IQR", "wall", "E/(1+kc)", "E(alpha,k)/(1+kc)", "v",
+                       "E/(v+kc)", "c in run"],
                       [[str(row["kappa"]), _f(row["E"], ".2f"), _f(row["alpha"]), _x(row["speedup"]),
                         (f"{row['speedup_iqr'][0]:.2f}-{row['speedup_iqr'][1]:.2f}" if row["speedup_iqr"] else "-"),
+                        _x(row.get("speedup_wall")),
                         _x(row["pred_formula"]), _x(row["pred_iid"]), _f(row["verify_cost"], ".2f"),
                         _x(row["pred_verify_cost"]), _f(row["c_in_run"])] for row in p["rows"]],
-                      align="rrrrrrrrrr"))
-    doc.add(Para("`c in run` is the draft model's seconds per draft pass inside the engine (first pass of a step "
+                      align="rrrrrrrrrrr"))
+    doc.add(Para("`speedup`: decode tokens per CPU-second (or per second with --clock wall) over plain decode's, "
+                 "pooled over prompts; `IQR`: the spread of the per-prompt ratios; `wall`: the same ratio in "
+                 "wall-clock time (what a co-tenant disturbs). `c in run` is the draft model's seconds per draft pass inside the engine (first pass of a step "
                  "also catches the draft up on the accepted tokens) over plain decode's seconds per target step.",
                  cls="note"))
 
