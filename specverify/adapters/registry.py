@@ -17,6 +17,8 @@ ENGINES = {
     "transformers": ("specverify.adapters.hf_transformers:make", "transformers' _speculative_sampling, injected coins (pip install 'specverify[transformers]')"),
     "transformers-assisted": ("specverify.adapters.hf_engine:make", "transformers assisted generation (engine level) on the toy models as transformers LMs"),
     "vllm": ("specverify.adapters.vllm:make", "vLLM v1 rejection_sample on CPU (TRITON_INTERPRET), injected coins"),
+    "vllm-v2": ("specverify.adapters.vllm_v2:standard", "vLLM model-runner-v2 rejection_sample on CPU, injected acceptance coins"),
+    "vllm-block": ("specverify.adapters.vllm_v2:block", "vLLM model-runner-v2 block verification on CPU, injected acceptance coins"),
     "sglang": ("specverify.adapters.sglang:chain", "SGLang chain_speculative_sampling_triton (classic) on CPU"),
     "sglang-block": ("specverify.adapters.sglang:block", "SGLang chain_speculative_sampling_triton, block_verification=True"),
     "sglang-tree-greedy": ("specverify.adapters.sglang:tree_greedy", "SGLang verify_tree_greedy_triton on CPU"),

@@ -25,7 +25,9 @@ def run_probes(engine, names, ctx) -> list[CheckResult]:
     for name in names:
         ctx.say(f"probe {name}")
         fn = getattr(probes, name)
-        if name in ("padded_recovered", "tree_greedy"):
+        if name == "padded_recovered":
+            rows += fn(engine, ctx.rng("probe", name), n=min(probes.PADDED_N, ctx.samples))
+        elif name == "tree_greedy":
             rows += fn(engine, ctx.rng("probe", name))
         elif name == "assisted_law":
             rows += fn(n=ctx.__dict__.get("assisted_runs", 1500))
