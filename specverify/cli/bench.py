@@ -21,6 +21,9 @@ def register(sub) -> None:
                    help="proposer(s) to compare against plain decode (default: ngram)")
     p.add_argument("--kappa", type=int, action="append", default=None, help="drafts per step (repeatable; default 3 and 7)")
     p.add_argument("--draft-layers", type=int, default=6)
+    p.add_argument("--ngram-max", type=int, default=4, help="longest n-gram looked up (default 4)")
+    p.add_argument("--ngram-min", type=int, default=2,
+                   help="shortest n-gram that may propose (default 2: a 1-token match drafts too often wrongly)")
     p.add_argument("--prompts", default="edit,summarise",
                    help="comma-separated prompt categories from prompts.json (default: edit,summarise)")
     p.add_argument("--n-prompts", type=int, default=8)
@@ -35,14 +38,15 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _timed(model, tok, prompt_ids, *, spec, kappa, backend, max_tokens, draft_layers):
+def _timed(model, tok, prompt_ids, *, spec, kappa, backend, max_tokens, draft_layers, ngram=(3, 1)):
     from specverify.engine.api import generate
     from specverify.engine.engine import SamplingParams
     stamps = []
     t0 = time.perf_counter()
     res = generate(model, None, [prompt_ids], kappa=kappa, spec=spec, backend=backend,
                    params=[SamplingParams(temperature=0.0, max_tokens=max_tokens)], eos_token_id=tok.eos_id,
-                   draft_layers=draft_layers, on_step=lambda ev: stamps.append(time.perf_counter()))
+                   draft_layers=draft_layers, ngram_n=ngram[0], ngram_min=ngram[1],
+                   on_step=lambda ev: stamps.append(time.perf_counter()))
     prefill = stamps[0] - t0
     decode = stamps[-1] - stamps[0]
     return res, prefill, decode
@@ -72,7 +76,8 @@ def run(args) -> int:
         for _ in range(max(1, args.repeat)):
             for c in configs:                       # configs interleaved, so drift hits all alike
                 got = _timed(model, tok, p, spec=c[0], kappa=c[1], backend=args.backend,
-                             max_tokens=args.max_tokens, draft_layers=args.draft_layers)
+                             max_tokens=args.max_tokens, draft_layers=args.draft_layers,
+                             ngram=(args.ngram_max, args.ngram_min))
                 if c not in best or got[2] < best[c][2]:
                     best[c] = got
         for c in configs:
@@ -110,7 +115,8 @@ def run(args) -> int:
             "target_passes_per_token": sum(m.num_request_steps for m in ms) / max(1, a["tokens"]),
         })
     result = {"model": "SmolLM2-135M-Instruct (Q4_1 dequantised, fp32)", "backend": args.backend, "batch": 1,
-              "threads": torch.get_num_threads(),
+              "threads": torch.get_num_threads(), "ngram": [args.ngram_max, args.ngram_min],
+              "draft_layers": args.draft_layers,
               "prompts": cats, "n_prompts": len(ids), "max_tokens": args.max_tokens,
               "outputs_identical_to_plain": f"{same}/{len(ids)}", "configs": rows}
     if args.json:

@@ -15,8 +15,10 @@ def register(sub) -> None:
     p.add_argument("--system", default=None, help="system message for the chat template")
     p.add_argument("--model", default=None, help="Llama GGUF file (default: the bundled SmolLM2-135M-Instruct)")
     p.add_argument("--spec", choices=["ngram", "draft", "none"], default="ngram", help="draft proposer (default ngram)")
-    p.add_argument("--kappa", type=int, default=3, help="drafts per verify step (default 3)")
+    p.add_argument("--kappa", type=int, default=5, help="drafts per verify step (default 5)")
     p.add_argument("--draft-layers", type=int, default=6, help="layers of the self-speculative draft (--spec draft)")
+    p.add_argument("--ngram-max", type=int, default=4, help="longest n-gram looked up (--spec ngram)")
+    p.add_argument("--ngram-min", type=int, default=2, help="shortest n-gram that may propose (--spec ngram)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -70,6 +72,7 @@ def run(args) -> int:
 
     res = generate(model, None, [prompt_ids], kappa=args.kappa if args.spec != "none" else 0, spec=args.spec,
                    backend=args.backend, params=params, tokenizer=tok, draft_layers=args.draft_layers,
+                   ngram_n=args.ngram_max, ngram_min=args.ngram_min,
                    on_step=on_step)
     out = res.outputs[0]
     m = res.metrics

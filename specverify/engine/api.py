@@ -50,7 +50,7 @@ def generate(target, draft=None, prompts=(), *, kappa=3, temperature: float = 0.
              top_p: float = 1.0, seed: int = 0, max_tokens: int = 16, spec: str = "draft",
              backend="default", max_batch_size: int | None = None, seeds=None, params=None,
              stop=(), eos_token_id: int | None = None, tokenizer=None, draft_layers: int = 6,
-             ngram_n: int = 3, record_logits=None, num_blocks: int | None = None, block_size: int = 16,
+             ngram_n: int = 3, ngram_min: int = 1, record_logits=None, num_blocks: int | None = None, block_size: int = 16,
              prefix_caching: bool = True, mutant: str | None = None, on_step=None) -> GenerateResult:
     """Generate for every prompt; return the token lists, outputs and the run's SpecMetrics.
 
@@ -83,7 +83,7 @@ def generate(target, draft=None, prompts=(), *, kappa=3, temperature: float = 0.
     max_k = kappa if isinstance(kappa, int) else max(dict(kappa).values())
     vocab = target_m.vocab_size
     if spec == "ngram":
-        proposer = NgramProposer(n_max=ngram_n)
+        proposer = NgramProposer(n_max=ngram_n, n_min=ngram_min)
     elif spec in ("uniform", "skewed"):
         proposer = RandomProposer(vocab, spec, seed)
     elif spec == "draft":
@@ -101,7 +101,9 @@ def generate(target, draft=None, prompts=(), *, kappa=3, temperature: float = 0.
     bsz = max_batch_size or len(enc)
     longest = max(len(p) for p in enc) + max(pp.max_tokens for pp in params) + max_k + 2
     if num_blocks is None:
-        num_blocks = bsz * (-(-longest // block_size)) + 4
+        # a stale-KV mutant never rolls back: up to kappa + 1 slots a token
+        grow = max_k + 1 if mutant == "stale_kv" else 1
+        num_blocks = bsz * (-(-longest * grow // block_size)) + 4
     if spec == "draft":
         proposer = DraftModelProposer(draft_m, num_blocks, block_size)
     if isinstance(target_m, Llama) and longest > target_m.config.max_seq_len:
