@@ -126,6 +126,16 @@ def test_draft_view_shares_weights():
     assert d.n_layers == 1 and d.layers is m.layers and d.head is m.head
     with pytest.raises(InputError):
         m.draft_view(0)
+    big = random_llama(0, n_layers=12)
+    sk = big.draft_view(skip=2)
+    assert [next(i for i, l in enumerate(big.layers) if l is w) for w in sk.layers] == [0, 1, 2, 3, 4, 6, 8, 9, 10, 11]
+
+
+def test_full_depth_draft_accepts_everything():
+    from specverify.engine.api import generate
+    m = random_llama(3)
+    r = generate(m, m.draft_view(m.config.n_layers), [[1, 2, 3], [4, 5]], spec="draft", kappa=3, max_tokens=17)
+    assert r.metrics.num_rejections == 0 and r.metrics.mean_acceptance_length == 4.0
 
 
 @real

@@ -87,12 +87,22 @@ class Llama:
     def with_backend(self, backend) -> "Llama":
         return Llama(self.config, self.tok_embeddings, self.layers, self.norm, backend, self.n_layers, self.name, self.head)
 
-    def draft_view(self, n_layers: int) -> "Llama":
-        if not 1 <= n_layers <= self.config.n_layers:
-            from specverify.errors import InputError
-            raise InputError(f"draft layers {n_layers} outside [1, {self.config.n_layers}]")
-        return Llama(self.config, self.tok_embeddings, self.layers, self.norm, self.backend, n_layers,
-                     f"{self.name}[:{n_layers}]", self.head)
+    def draft_view(self, n_layers: int | None = None, *, skip: int | None = None) -> "Llama":
+        """Self-speculative draft sharing every weight: the first `n_layers` layers (early exit), or
+        with `skip=s` every s-th layer dropped from the middle (first and last 4 layers kept,
+        LayerSkip/SWIFT-style), then the final norm and the head."""
+        from specverify.errors import InputError
+        L = self.config.n_layers
+        if skip is not None:
+            if skip < 2:
+                raise InputError(f"draft skip {skip} must be >= 2")
+            ids = [i for i in range(L) if i < 4 or i >= L - 4 or (i - 4) % skip != skip - 1]
+            layers, name = [self.layers[i] for i in ids], f"{self.name}[skip every {skip}: {len(ids)} layers]"
+        else:
+            if n_layers is None or not 1 <= n_layers <= L:
+                raise InputError(f"draft layers {n_layers} outside [1, {L}]")
+            layers, name = self.layers[:n_layers], f"{self.name}[:{n_layers}]"
+        return Llama(self.config, self.tok_embeddings, layers, self.norm, self.backend, len(layers), name, self.head)
 
     def make_cache(self, num_blocks: int, block_size: int = 16, prefix_caching: bool = True) -> PagedKVCache:
         c = self.config
