@@ -5,16 +5,19 @@ rejection_sample`), the standard rule and block verification (`use_block_verific
 What runs is vLLM's code: the logits-statistics, cumulative-ratio, residual-mass, rejection, resample
 and insert kernels, bonus and recovered tokens included (its own seeded Gumbel race). Layout:
 
-    target_logits   float32 [T + B, V]   log(p), every row of every request (draft rows and bonus row)
+    target_logits   float64 [T + B, V]   log(p), every row of every request (draft rows and bonus row);
+                                          p itself for greedy requests (argmax only: float64 ties kept)
     draft_logits    float32 [B, max_k, V] log(q) (vLLM keeps draft logits pre-temperature; temperature 1
                                           here) or None for deterministic drafts (one-hot q)
     draft_sampled   int64 [T + B]        request b's logit rows start..start+k; draft j sits at start+j+1
-    cu_num_logits   int32 [B + 1];  pos int64 [T + B] = 0..T+B-1 (the RNG offset: unique per row)
-    temperature [B] 1 (sampled) or 0 (greedy);  seed [B]: from request b's own final coin
+    cu_num_logits   int32 [B + 1];  pos int64 [T + B] = the row's position within its request (vLLM: the
+                                          token position, an RNG offset intrinsic to the request)
+    temperature [B] 1 (sampled) or 0 (greedy);  seed [B]: a 32-bit hash of request b's own coins
 
 Coins. vLLM draws the acceptance coin in the kernel, `u = tl_rand32(seed, pos, includes_zero=False)`
-(Philox, u in (0, 1]). The adapter replaces the module's `tl_rand32` by a lookup: the row's pos names
-the draft position, and u = that position's injected coin, in float32 rounded down (the coin 0.0,
+(Philox, u in (0, 1]). The adapter replaces the module's `tl_rand32` by a lookup: (seed, pos) --
+or, in block verification, (seed ^ step << 32, pos) -- names the request and draft position, and
+u = that position's injected coin, in float32 rounded down (the coin 0.0,
 outside vLLM's domain, becomes the smallest positive float32). Recovered and bonus tokens come from
 vLLM's own Gumbel race seeded by `seed` (not injectable): their law is checked, not their ids.
 One substitution: the residual's `tldevice.log1p` (libdevice, which the interpreter does not provide)
@@ -35,8 +38,10 @@ MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"
 TINY = np.float32(2.0**-149)
 
 
-def seed_of(coin: float) -> int:
-    return int.from_bytes(hashlib.blake2b(np.float64(coin).tobytes(), digest_size=8).digest(), "little") >> 2
+def seed_of(coins) -> int:
+    """A request's seed, from its own coins only (so its Gumbel noise does not depend on the batch)."""
+    data = np.ascontiguousarray(coins, np.float64).tobytes()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=4).digest(), "little")
 
 
 class VllmV2Sampler:
@@ -60,10 +65,10 @@ class VllmV2Sampler:
         return self.tl.tensor(TensorHandle(data, x.handle.dtype), x.type)
 
     def _rand32(self, seed, offset, includes_zero=False):
-        """Replaces tl_rand32 inside the interpreted kernel: the coin of the row `offset`."""
+        """Replaces tl_rand32 inside the interpreted kernel: the coin of the draft named by (seed, pos)."""
         tl = self.tl
-        row = int(np.asarray(offset.handle.data).reshape(-1)[0])
-        return tl.full((), float(self._u[row]), tl.float32)
+        key = (int(np.asarray(seed.handle.data).reshape(-1)[0]), int(np.asarray(offset.handle.data).reshape(-1)[0]))
+        return tl.full((), float(self._u[key]), tl.float32)
 
     def _run(self, batch, coins):
         torch = self.torch
@@ -71,18 +76,24 @@ class VllmV2Sampler:
         n_rows = batch.target_probs.shape[0]
         start = batch.target_row_start
         with np.errstate(divide="ignore"):
-            target_logits = np.log(batch.target_probs).astype(np.float32)
+            target_logits = np.log(batch.target_probs)
+        # greedy requests only take the argmax: their rows carry p itself (float64 ties and near ties kept)
+        greedy_row = np.repeat(batch.greedy, batch.num_draft_tokens + 1)
+        target_logits[greedy_row] = batch.target_probs[greedy_row]
         draft_sampled = np.zeros(n_rows, np.int64)
-        u = np.ones(n_rows, np.float32)
         drafts_np = batch.draft_token_ids
+        seeds = np.zeros(b, np.int64)
+        self._u = {}
         for r in range(b):
             kb, d0 = int(batch.num_draft_tokens[r]), int(batch.draft_start[r])
             draft_sampled[start[r] + 1:start[r] + 1 + kb] = drafts_np[d0:d0 + kb]
             c = np.asarray(coins.accept[d0:d0 + kb], np.float64)
+            seeds[r] = seed_of(np.concatenate([[coins.final[r]], c]))
             c32 = c.astype(np.float32)
-            c32 = np.where(c32.astype(np.float64) > c, np.nextafter(c32, np.float32(0)), c32)
-            u[start[r]:start[r] + kb] = np.maximum(c32, TINY)
-        self._u = u
+            c32 = np.maximum(np.where(c32.astype(np.float64) > c, np.nextafter(c32, np.float32(0)), c32), TINY)
+            for j in range(kb):             # the kernel asks for (seed, pos) or (seed ^ j << 32, pos)
+                self._u[(int(seeds[r]), j)] = c32[j]
+                self._u[(int(seeds[r]) ^ (j << 32), j)] = c32[j]
         draft = None
         if batch.draft_probs is not None:
             dl = np.full((b, max(k, 1), vocab), -np.inf, np.float32)
@@ -101,10 +112,10 @@ class VllmV2Sampler:
             with np.errstate(invalid="ignore", divide="ignore"):     # -inf - -inf in masked lanes, as on GPU
                 sampled, num = self.mod.rejection_sample(
                     torch.from_numpy(target_logits), draft, torch.from_numpy(draft_sampled), torch.from_numpy(cu),
-                    torch.arange(n_rows, dtype=torch.int64), torch.arange(b, dtype=torch.int32),
+                    torch.from_numpy(local.astype(np.int64)), torch.arange(b, dtype=torch.int32),
                     torch.from_numpy(owner.astype(np.int32)), torch.from_numpy(local.astype(np.int32)),
                     torch.from_numpy(np.where(batch.greedy, 0.0, 1.0).astype(np.float32)),
-                    torch.tensor([seed_of(c) for c in coins.final], dtype=torch.int64), max(k, 1),
+                    torch.from_numpy(seeds), max(k, 1),
                     use_block_verification=self.block)
         finally:
             self.mod.tl_rand32, self.mod.tldevice = real, real_dev

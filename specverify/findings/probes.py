@@ -40,8 +40,9 @@ PAD_Q = np.array([0.7, 0.1, 0.1, 0.1])
 PADDED_N = 2000
 
 
-def residual_zero(engine) -> list[CheckResult]:
+def residual_zero(engine, method: str = "verify") -> list[CheckResult]:
     rows = []
+    rule = "block" if method == "verify_block" else "chain"
     for label, c in RZ_COINS.items():
         with Timer() as t:
             reqs = [(np.array([1]), np.vstack([RZ_P, RZ_P]), RZ_Q[None], False),
@@ -49,11 +50,11 @@ def residual_zero(engine) -> list[CheckResult]:
             batch = VerifyBatch.from_requests(reqs)
             coins = Coins(np.full(3, c), np.full(2, 0.5))
             try:
-                out = np.asarray(engine.verify(batch, coins))
+                out = np.asarray(getattr(engine, method)(batch, coins))
                 err = None
             except Exception as exc:  # noqa: BLE001 - the engine's own error is the finding
                 out, err = None, f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
-        name = f"probe.residual_zero[coin={label}]"
+        name = f"probe.residual_zero[{rule}, coin={label}]" if rule == "block" else f"probe.residual_zero[coin={label}]"
         data = {"p": RZ_P.tolist(), "q": RZ_Q.tolist(), "coin": c, "drafts": [[1], [1, 2]]}
         if err is not None:
             rows.append(CheckResult(name, FAIL, n=2, exact=True, seconds=t.seconds, data={**data, "error": err},
@@ -66,6 +67,10 @@ def residual_zero(engine) -> list[CheckResult]:
                                         f"probability 0 (rows {out.tolist()})") if bad else
                                        f"all-zero residual handled: emitted {out.tolist()}"))
     return rows
+
+
+def residual_zero_block(engine) -> list[CheckResult]:
+    return residual_zero(engine, method="verify_block")
 
 
 def padded_recovered(engine, rng: np.random.Generator, n: int = PADDED_N) -> list[CheckResult]:

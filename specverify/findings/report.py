@@ -14,7 +14,7 @@ from pathlib import Path
 from specverify.audit import BATTERY, Context, apply_holm, run_audit
 from specverify.checks.base import ERROR, FAIL, WARN, CheckResult
 
-from . import NOT_AUDITABLE, PLANS, REPRODUCERS, probes
+from . import NOT_AUDITABLE, NOT_FINDINGS, PLANS, REPRODUCERS, probes
 
 REPRO_DIR = Path(__file__).parent / "repro"
 REPRO_TIMEOUT = 600
@@ -83,8 +83,10 @@ def markdown(result, repros: dict, name: str) -> str:
         lines += ["## Failing rows", ""]
         for c in failed:
             rep = repros.get(c.name)
+            note = NOT_FINDINGS.get(name, {}).get(c.name)
             lines.append(f"- **{c.name}**: {c.detail}" + (f" (p = {c.p_value:.3g})" if c.p_value is not None else "")
-                         + (f" -- reproducer `{rep}.py`, output `{rep}.out`" if rep else " -- no standalone reproducer"))
+                         + (f" -- reproducer `{rep}.py`, output `{rep}.out`" if rep else
+                            f" -- {note}" if note else " -- no standalone reproducer"))
         lines.append("")
     warned = [c for c in result.checks if c.verdict == WARN]
     if warned:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -116,7 +117,25 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
+        with open(os.path.join(os.path.dirname(args.json) or ".", "README.md"), "w") as f:
+            f.write(markdown(res))
     return 0
+
+
+def markdown(res) -> str:
+    lines = [f"# transformers {res['transformers']}: greedy speculative vs plain on SmolLM2-135M", "",
+             f"{res['model']}, eager attention, float32, CPU; {res['tokens']} new tokens per prompt. "
+             "Regenerate: `python -m specverify.findings.smollm2_greedy --json "
+             "reports/transformers-smollm2-<version>/greedy.json`.", "",
+             "| prompt | prompt lookup == plain | assistant == plain |", "| --- | --- | --- |"]
+    for r in res["rows"]:
+        lines.append(f"| {r['prompt']!r} | {'yes' if r['lookup_equal'] else 'NO, first diff at ' + str(r['lookup_first_diff'])} | "
+                     f"{'yes' if r['assistant_equal'] else 'NO, first diff at ' + str(r['assistant_first_diff'])} |")
+    lines += ["", "Sampling (do_sample=True) with the model as its own assistant (q == p: an exact verifier with "
+              "identical transforms accepts every draft):", ""]
+    for r in res["identity_draft"]:
+        lines.append(f"- T = {r['temperature']}: accepted {r['accepted']} of {r['drafted']} drafts")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
