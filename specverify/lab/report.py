@@ -20,6 +20,20 @@ def _x(x) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
 
+def _mean_err(rows: list, key: str):
+    """Mean |prediction / measured - 1| over the kappas with both."""
+    errs = [abs(row[key] / row["speedup"] - 1) for row in rows if row.get(key) and row.get("speedup")]
+    return sum(errs) / len(errs) if errs else None
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
+def _v_at(p: dict, k: int):
+    return next((row["verify_cost"] for row in p["rows"] if row["kappa"] == k), None)
+
+
 def headline(r: dict) -> dict:
     """The numbers the closing note quotes."""
     out = {"c_draft": r["c"]["draft"], "c_ngram": r["c"]["ngram"], "T_star": r["knee"]["T_star"]}
@@ -31,6 +45,9 @@ def headline(r: dict) -> dict:
             "speedup_by_kappa": {row["kappa"]: row["speedup"] for row in p["rows"]},
             "pred_by_kappa": {row["kappa"]: row["pred_formula"] for row in p["rows"]},
             "break_even_alpha_k3": p["break_even_alpha"].get(str(r["batch"]["kappa"])),
+            "break_even_alpha_k3_verify_cost": p["break_even_alpha_verify_cost"].get(str(r["batch"]["kappa"])),
+            "mean_abs_err_formula": _mean_err(p["rows"], "pred_formula"),
+            "mean_abs_err_verify_cost": _mean_err(p["rows"], "pred_verify_cost"),
             "E_sweep_kappa": k3["E"] if k3 else None,
             "crossing_measured": r["batch"]["curves"].get(name, {}).get("crossing_measured"),
             "crossing_roofline": r["batch"]["curves"].get(name, {}).get("crossing_roofline"),
@@ -76,8 +93,13 @@ def build_lab_document(r: dict) -> Document:
         rows.append([f"{name}: best speedup (kappa)",
                      (f"E/(1+kc) = {_x(br['pred_formula'])}, E/(v+kc) = {_x(br['pred_verify_cost'])}" if br else ""),
                      f"{_x(p['best_speedup'])} (kappa {p['best_kappa']})"])
+        rows.append([f"{name}: speedup over kappa, mean abs error of the formula",
+                     f"E/(1+kc): {_pct(_mean_err(p['rows'], 'pred_formula'))}; "
+                     f"E/(v+kc): {_pct(_mean_err(p['rows'], 'pred_verify_cost'))}",
+                     "kappa " + ", ".join(f"{row['kappa']}: {_x(row['speedup'])}" for row in p["rows"])])
         rows.append([f"{name}: break-even alpha* at kappa {ks}", "0.34 for c = 0.165",
-                     _f(p["break_even_alpha"].get(str(ks)))])
+                     f"{_f(p['break_even_alpha'].get(str(ks)))} (v = 1); "
+                     f"{_f(p['break_even_alpha_verify_cost'].get(str(ks)))} (v = {_f(_v_at(p, ks), '.2f')} measured)"])
         cur = r["batch"]["curves"].get(name, {})
         cm = cur.get("crossing_measured")
         rows.append([f"{name}: speedup crosses 1 at B", _f(cur.get("crossing_roofline"), ".1f") + " (roofline, T* here)",
