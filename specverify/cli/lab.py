@@ -14,7 +14,8 @@ concurrency B against the roofline prediction, n-gram and draft-model proposers 
 Writes DIR/index.html, DIR/README.md, DIR/img/*.png and DIR/lab.json (atomically). Each measurement
 unit is saved as it finishes (--state, default ~/.cache/specverify/lab-<config>.json): an interrupted
 run resumes when started again with the same options; --fresh measures everything again.
-The full lab takes about 30-40 minutes on 2 shared cores; --quick runs a tiny random model in seconds.
+The full lab took 17 minutes on one thread of a shared 2-core machine; --quick runs a tiny random model
+in seconds.
 
 exit codes: 0 written, 2 usage or input error.
 """
