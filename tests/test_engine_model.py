@@ -123,7 +123,7 @@ def test_position_matters():
 def test_draft_view_shares_weights():
     m = random_llama(0)
     d = m.draft_view(1)
-    assert d.n_layers == 1 and d.layers is m.layers and d.head is m.head
+    assert d.n_layers == 1 and d.layers[0] is m.layers[0] and d.head is m.head
     with pytest.raises(InputError):
         m.draft_view(0)
     big = random_llama(0, n_layers=12)
