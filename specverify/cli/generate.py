@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 
 def register(sub) -> None:
@@ -57,8 +58,10 @@ def run(args) -> int:
     params = [SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
                              max_tokens=args.max_tokens, stop=tuple(args.stop))]
     streamed = {"ids": [], "text": ""}
+    stamps = [time.perf_counter()]
 
     def on_step(events):
+        stamps.append(time.perf_counter())
         if args.json:
             return
         for _, new, _ in events:
@@ -76,13 +79,17 @@ def run(args) -> int:
                    on_step=on_step)
     out = res.outputs[0]
     m = res.metrics
+    n = len(out.token_ids)
+    prefill_s = stamps[1] - stamps[0]                 # includes one-time weight packing, if any
+    decode_tps = (n - 1) / (stamps[-1] - stamps[1]) if n > 1 and stamps[-1] > stamps[1] else float("nan")
     if args.json:
         print(json.dumps({"prompt_tokens": len(prompt_ids), "token_ids": out.token_ids, "text": out.text,
                           "finish_reason": out.finish_reason, "spec": args.spec, "kappa": args.kappa,
-                          "backend": args.backend, "metrics": m.as_dict()}, indent=1))
+                          "backend": args.backend, "prefill_s": prefill_s, "decode_tokens_per_s": decode_tps,
+                          "metrics": m.as_dict()}, indent=1))
     else:
         sys.stdout.write("\n")
         E = f"E={m.mean_acceptance_length:.2f} " if m.num_verifies else ""
-        print(f"[{len(out.token_ids)} tokens, {out.finish_reason}, {m.tokens_per_s:.1f} tok/s incl. prefill, "
-              f"{E}passes/token={m.passes_per_token:.2f}]", file=sys.stderr)
+        print(f"[{n} tokens, {out.finish_reason}, decode {decode_tps:.1f} tok/s, prefill {prefill_s:.2f}s, "
+              f"{E}target passes/token={m.passes_per_token:.2f}]", file=sys.stderr)
     return 0
