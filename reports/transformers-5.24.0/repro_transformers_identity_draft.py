@@ -22,17 +22,19 @@ torch.manual_seed(0)
 target = LlamaForCausalLM(config).eval()
 target.generation_config.pad_token_id = 0
 assistant = copy.deepcopy(target)                       # the model as its own assistant: q == p
-real, calls = gu._speculative_sampling, []
+real, calls, first = gu._speculative_sampling, [], {}
 
 def observed(*args, **kw):
     tokens, n = real(*args, **kw)
     calls.append((int(args[2]), int(n)))                # (drafted, accepted)
+    first.setdefault("args", args)
     return tokens, n
 
 gu._speculative_sampling = observed
 ids = torch.tensor([[1, 2]])
 for temperature in (0.7, 1.0):
     calls.clear()
+    first.clear()
     for i in range(60):
         torch.manual_seed(i)
         target.generate(ids, assistant_model=assistant, do_sample=True, temperature=temperature, top_k=None,
@@ -40,3 +42,11 @@ for temperature in (0.7, 1.0):
                         num_assistant_tokens_schedule="constant", attention_mask=torch.ones_like(ids))
     drafted, accepted = sum(c for c, _ in calls), sum(m for _, m in calls)
     print(f"temperature {temperature}: accepted {accepted} of {drafted} drafts (q == p: all must be accepted)")
+    if temperature == 0.7:
+        cand_ids, cand_logits, k, new_logits = first.pop("args")[:4]
+        with torch.no_grad():
+            raw = target(cand_ids).logits[0, -(k + 1)]     # the logits predicting the first draft
+        print("  q used for the first draft (assistant) :", [round(x, 4) for x in cand_logits[0, 0].softmax(-1).tolist()])
+        print("  p used to verify it (target)           :", [round(x, 4) for x in new_logits[0, 0].softmax(-1).tolist()])
+        print("  softmax(raw / 0.7)                     :", [round(x, 4) for x in (raw / 0.7).softmax(-1).tolist()])
+        print("  softmax(raw / 0.7 / 0.7)               :", [round(x, 4) for x in (raw / 0.49).softmax(-1).tolist()])
