@@ -187,6 +187,19 @@ def test_lab_report_is_complete(quick, tmp_path):
     assert set(h) >= {"c_draft", "T_star", "ngram", "draft"}
 
 
+def test_report_command_rerenders_a_lab_json(quick, tmp_path):
+    import subprocess
+    import sys
+    _, _, r = quick
+    src = tmp_path / "lab.json"
+    src.write_text(json.dumps(r))
+    out = tmp_path / "again"
+    p = subprocess.run([sys.executable, "-m", "specverify", "report", str(src), "-o", str(out)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert json.load(open(out / "lab.json")) == r and "Lab 08" in (out / "README.md").read_text()
+
+
 def test_config_validation():
     with pytest.raises(InputError):
         L.LabConfig(kappas=(0, 1)).validate()

@@ -16,7 +16,8 @@ Several results of the same engine are seeded repeats: their p-values are pooled
 Make them with, e.g.:
   for s in 0 1 2 3; do specverify audit reference --seed $s --json r$s.json -q; done
   specverify report r0.json r1.json r2.json r3.json -o reports/reference
-Results of different engines (or a zoo result) add the engine x check matrix.
+Results of different engines (or a zoo result) add the engine x check matrix. A lab.json (from
+`specverify lab`) re-renders the lab's page.
 
 exit codes: 0 written, 2 usage or input error.
 """
@@ -37,6 +38,19 @@ def run(args) -> int:
     from specverify.progress import Progress
     from specverify.reports import report_from_files
 
+    from specverify.errors import InputError
+    from specverify.reports.analysis import kind_of, load_json
+
+    docs = [load_json(p) for p in args.results]
+    labs = [d for d in docs if kind_of(d) == "lab"]
+    if labs:                                   # a lab.json re-renders the lab's page
+        if len(docs) != 1:
+            raise InputError("a lab result is reported on its own: give one lab.json")
+        from specverify.lab.report import write_lab_report
+        write_lab_report(labs[0], args.output)
+        if not args.quiet:
+            print(f"lab report written to {os.path.join(args.output, 'index.html')} and README.md")
+        return 0
     progress = Progress(quiet=args.quiet)
     try:
         info = report_from_files(args.results, args.output, title=args.title, embed=args.embed, progress=progress)
