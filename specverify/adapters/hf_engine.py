@@ -16,6 +16,11 @@ conditioned on a prefix that did not happen and the joint law shows it.
                   step (num_assistant_tokens, constant schedule)
     info          {"num_drafted", "num_accepted"}: summed over transformers' own `_speculative_sampling`
                   calls (observed, unchanged); absent for greedy runs
+
+`transformers-lookup` is the same with prompt-lookup decoding (`prompt_lookup_num_tokens=kappa`, n-gram
+drafts from the sequence itself; the battery's draft model is not used): transformers then samples
+from p at every position and keeps drafts while they equal the samples -- its law is checked the same
+way (no draft/accept counts: `_speculative_sampling` is not called).
 """
 
 from __future__ import annotations
@@ -78,7 +83,10 @@ class TransformersAssisted:
     capabilities = {"engine"}
     models = "toy"
 
-    def __init__(self):
+    def __init__(self, lookup: bool = False):
+        self.lookup = lookup
+        if lookup:
+            self.name = "transformers-lookup"
         self.utils = installed.load("transformers", "transformers.generation.utils")
         import torch
         self.torch = torch
@@ -96,7 +104,12 @@ class TransformersAssisted:
         torch = self.torch
         utils = self.utils
         t_lm = self._lm(target)
-        d_lm = self._lm(draft) if draft is not target else toy_lm(target)   # a second instance: own cache
+        if self.lookup:                       # prompt lookup: n-gram drafts from the sequence, no draft model
+            spec = dict(prompt_lookup_num_tokens=int(kappa))
+        else:
+            d_lm = self._lm(draft) if draft is not target else toy_lm(target)   # a second instance: own cache
+            spec = dict(assistant_model=d_lm, num_assistant_tokens=int(kappa),
+                        num_assistant_tokens_schedule="constant")
         greedy = transform.temperature == 0
         sample_args = {} if greedy else dict(temperature=transform.temperature, top_k=transform.top_k or None,
                                              top_p=transform.top_p if transform.top_p not in (None, 1.0) else None)
@@ -114,16 +127,19 @@ class TransformersAssisted:
         try:
             for i in range(n):
                 torch.manual_seed(int(seed) + i)
-                res = t_lm.generate(ids, assistant_model=d_lm, do_sample=not greedy, max_new_tokens=length,
-                                    min_new_tokens=length, num_assistant_tokens=int(kappa),
-                                    num_assistant_tokens_schedule="constant", attention_mask=torch.ones_like(ids),
-                                    **sample_args)
+                res = t_lm.generate(ids, do_sample=not greedy, max_new_tokens=length, min_new_tokens=length,
+                                    attention_mask=torch.ones_like(ids), **spec, **sample_args)
                 out[i] = res[0, len(prompt):].numpy()
         finally:
             utils._speculative_sampling = real
-        info = {} if greedy else {"num_drafted": counts[0], "num_accepted": counts[1]}
+        # prompt lookup never calls _speculative_sampling (it samples from p and compares): no counts
+        info = {} if greedy or self.lookup else {"num_drafted": counts[0], "num_accepted": counts[1]}
         return out, info
 
 
 def make():
     return TransformersAssisted()
+
+
+def lookup():
+    return TransformersAssisted(lookup=True)

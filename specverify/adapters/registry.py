@@ -17,6 +17,7 @@ ENGINES = {
     "kernels": ("specverify.adapters.kernels:KernelsEngine", "our Triton sampler kernels (GPU, or the Triton interpreter on a CPU: small defaults)"),
     "transformers": ("specverify.adapters.hf_transformers:make", "transformers' _speculative_sampling, injected coins (pip install 'specverify[transformers]')"),
     "transformers-assisted": ("specverify.adapters.hf_engine:make", "transformers assisted generation (engine level) on the toy models as transformers LMs"),
+    "transformers-lookup": ("specverify.adapters.hf_engine:lookup", "transformers prompt-lookup decoding (engine level) on the toy models"),
     "vllm": ("specverify.adapters.vllm:make", "vLLM v1 rejection_sample on CPU (TRITON_INTERPRET), injected coins"),
     "vllm-v2": ("specverify.adapters.vllm_v2:standard", "vLLM model-runner-v2 rejection_sample on CPU, injected acceptance coins"),
     "vllm-block": ("specverify.adapters.vllm_v2:block", "vLLM model-runner-v2 block verification on CPU, injected acceptance coins"),

@@ -24,11 +24,12 @@ BLOCK_STEP = [c for c in ONE_STEP if c != "composition"]
 # engine -> (probes to run, battery samples per one-step problem, battery checks or None = all)
 PLANS = {
     "transformers": (["residual_zero", "residual_zero_logits", "assisted_law", "identity_draft"], 20_000, None),
-    "transformers-assisted": ([], 4_000, None),
-    "vllm": (["residual_zero", "padded_recovered"], 2_000, ONE_STEP),
+    "transformers-assisted": ([], 20_000, None),
+    "transformers-lookup": ([], 20_000, None),
+    "vllm": (["residual_zero", "padded_recovered"], 5_000, ONE_STEP),
     "vllm-v2": (["residual_zero", "padded_recovered"], 600, ONE_STEP),
     "vllm-block": (["residual_zero_block"], 600, BLOCK_STEP),
-    "sglang": (["residual_zero", "padded_recovered"], 2_000, ONE_STEP),
+    "sglang": (["residual_zero", "padded_recovered"], 5_000, ONE_STEP),
     "sglang-block": (["residual_zero_block"], 2_000, BLOCK_STEP),
     "sglang-tree-greedy": (["tree_greedy"], 2_000, ONE_STEP),
 }
@@ -48,6 +49,7 @@ REPRODUCERS = {
     "vllm-v2": [],
     "vllm-block": [],
     "transformers-assisted": [("identity", "transformers_identity_draft")],
+    "transformers-lookup": [],
 }
 
 # not auditable on CPU, said in every SGLang report
