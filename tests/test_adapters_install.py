@@ -2,7 +2,6 @@
 print one line naming the install command and exit 2 (no traceback). Each case is skipped, with the
 reason, where the engine is importable (it cannot be shown absent there)."""
 
-import importlib.util
 import os
 import subprocess
 import sys

@@ -95,7 +95,7 @@ class VllmSampler:
     # -- the protocol -------------------------------------------------------------------------
     def verify(self, batch, coins):
         torch = self.torch
-        b, vocab = batch.batch_size, batch.vocab_size
+        b = batch.batch_size
         is_draft_row = np.ones(batch.target_probs.shape[0], bool)
         bonus_rows = batch.target_row_start + batch.num_draft_tokens
         is_draft_row[bonus_rows] = False
