@@ -170,3 +170,23 @@ def test_toy_first_two_tokens_follow_the_target_law():
     assert r.metrics.num_rejections > 100 and r.metrics.num_accepted > 100
     _, pval = stats.chisquare(counts, exact * N)
     assert pval > 1e-3
+
+
+def _triton_usable() -> bool:
+    import os
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return "triton" in backend_names()
+    return torch.cuda.is_available() and "triton" in backend_names()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _triton_usable(), reason="Triton needs a GPU or TRITON_INTERPRET=1 set before Python starts")
+def test_greedy_speculative_is_bitwise_plain_decode_on_triton_backend():
+    model = random_llama(11)
+    rows = {}
+    plain = generate(model, None, [[1, 2, 3, 4]], spec="none", max_tokens=6, backend="triton",
+                     record_logits=lambda r, j, row: rows.__setitem__(("p", j), row.clone()))
+    spec = generate(model, None, [[1, 2, 3, 4]], spec="uniform", kappa=3, max_tokens=6, backend="triton",
+                    record_logits=lambda r, j, row: rows.__setitem__(("s", j), row.clone()))
+    assert spec.tokens == plain.tokens and spec.metrics.num_verifies > 0
+    assert all(torch.equal(rows[("p", j)], rows[("s", j)]) for j in range(6))
