@@ -100,6 +100,8 @@ class BitwiseResult:
     runs: list = field(default_factory=list)
     baseline_time_s: float = 0.0
     wall_time_s: float = 0.0
+    min_top2_margin: float | None = None    # smallest top-1 minus top-2 logit over the baseline's rows:
+                                            # a logit perturbation below it cannot flip a greedy token
 
     @property
     def n_comparisons(self) -> int:
@@ -163,9 +165,16 @@ def run_bitwise(*, backend: str = "invariant", n_prompts: int | None = None, max
     t_all = time.perf_counter()
 
     base_digests: dict = {}
+    margins = []
+
+    def record_base(rid, j, row):
+        base_digests[(rid, j)] = _digest(row)
+        top2 = torch.topk(row.float(), 2).values
+        margins.append(float(top2[0] - top2[1]))
     t0 = time.perf_counter()
     base = _run(model, tokenizer, prompt_ids, backend=backend, kappa=0, batch="1", spec="none",
-                max_tokens=max_tokens, record=lambda rid, j, row: base_digests.__setitem__((rid, j), _digest(row)))
+                max_tokens=max_tokens, record=record_base)
+    result.min_top2_margin = min(margins) if margins else None
     result.baseline_time_s = time.perf_counter() - t0
     if progress:
         progress(f"baseline: {len(prompts)} prompts x {max_tokens} tokens in {result.baseline_time_s:.1f}s")
