@@ -25,12 +25,13 @@ PINS = {"transformers": "5.24.0", "vllm": "0.33.0", "sglang": "0.5.23"}
 
 ENGINE_DIR = "/tmp/sv-engines"
 DEPS_DIR = "/tmp/sv-deps"
+_NO_DEPS = (f"bash specverify/findings/install_engines.sh (pip install --no-deps vllm==0.33.0 sglang==0.5.23 "
+            f"into {ENGINE_DIR}, their pure-Python imports into {DEPS_DIR}), then run with "
+            f"PYTHONPATH={ENGINE_DIR}:{DEPS_DIR}")
 HINTS = {
     "transformers": "pip install 'specverify[transformers]'   (transformers 5.x, accelerate)",
-    "vllm": (f"pip install --no-deps --target {ENGINE_DIR} vllm==0.33.0 and its pure-Python imports "
-             f"(README: 'Audits of other engines'), then run with PYTHONPATH={ENGINE_DIR}:{DEPS_DIR}"),
-    "sglang": (f"pip install --no-deps --target {ENGINE_DIR} sglang==0.5.23 and its pure-Python imports "
-               f"(README: 'Audits of other engines'), then run with PYTHONPATH={ENGINE_DIR}:{DEPS_DIR}"),
+    "vllm": _NO_DEPS,
+    "sglang": _NO_DEPS,
 }
 
 
