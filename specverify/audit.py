@@ -22,7 +22,7 @@ from .checks.base import ERROR, FAIL, PASS, SKIP, WARN, CheckResult, Context
 
 # the checks of the battery, in the order they run (module names under specverify.checks)
 BATTERY = ["marginal", "joint", "acceptance", "endpoints", "composition", "greedy", "reproducibility",
-           "rng_discipline", "runs", "transforms", "identity"]
+           "rng_discipline", "runs", "transforms", "identity", "bitwise"]
 
 
 @dataclass

@@ -17,8 +17,9 @@ from specverify.audit import BATTERY, Context, run_audit
 
 def test_the_reference_passes_every_check_of_the_battery():
     result = run_audit(ReferenceEngine(), Context(), factory=ReferenceEngine)
-    by_check = {c: [r for r in result.checks if r.check == c] for c in BATTERY}
-    assert all(by_check[c] for c in BATTERY), [c for c in BATTERY if not by_check[c]]
+    applicable = [c for c in BATTERY if c != "bitwise"]      # bitwise needs a model: `audit specverify`
+    by_check = {c: [r for r in result.checks if r.check == c] for c in applicable}
+    assert all(by_check[c] for c in applicable), [c for c in applicable if not by_check[c]]
     bad = [(r.name, r.verdict, r.detail) for r in result.checks if r.verdict != "pass"]
     assert not bad
     assert result.verdict == "pass"
@@ -28,7 +29,9 @@ def test_the_reference_passes_every_check_of_the_battery():
 
 def test_every_check_is_meant_for_some_mutant_and_every_mutant_has_targets():
     assert set(TARGETS) == set(MUTANTS)
-    assert {c for checks in TARGETS.values() for c in checks} == set(BATTERY)
+    # bitwise's "mutant" is the default (not batch-invariant) backend: its negative-control row in every
+    # `specverify audit specverify` shows the divergence (tests/test_audit_specverify.py)
+    assert {c for checks in TARGETS.values() for c in checks} == set(BATTERY) - {"bitwise"}
 
 
 @pytest.mark.parametrize("name", list(MUTANTS))

