@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 
@@ -25,5 +26,16 @@ def write_atomic(path: str, data: str | bytes) -> None:
         raise
 
 
+def json_safe(obj):
+    """obj with every NaN or infinite float replaced by None (JSON has neither)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
 def write_json(path: str, obj) -> None:
-    write_atomic(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    write_atomic(path, json.dumps(json_safe(obj), indent=2, sort_keys=False, allow_nan=False) + "\n")

@@ -109,3 +109,11 @@ def test_cli_help_teaches():
     proc = cli("audit", "--help")
     assert proc.returncode == 0
     assert "exit codes" in proc.stdout and "lossy:" in proc.stdout and "factory" in proc.stdout
+
+
+def test_json_output_is_strict_json_even_for_infinite_power(tmp_path):
+    from specverify.io import write_json
+    path = tmp_path / "x.json"
+    write_json(str(path), {"a": float("inf"), "b": [float("nan"), 1.0], "c": {"d": -float("inf")}})
+    assert json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}")) == \
+        {"a": None, "b": [None, 1.0], "c": {"d": None}}

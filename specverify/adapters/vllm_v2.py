@@ -55,6 +55,8 @@ class VllmV2Sampler:
         self.block = block
         self.name = "vllm-block" if block else "vllm-v2"
         self.capabilities = {"block"} if block else {"chain", "greedy"}
+        self.row_dtype = "float32"          # vLLM samples from float32 rows: the greedy check's near ties
+                                            # are then spaced in float32 ulps
         self.version = installed.engine_version("vllm")
         self._u = None
 

@@ -27,7 +27,7 @@ def _num(x):
     if isinstance(x, (np.integer,)):
         return int(x)
     x = float(x)
-    return None if math.isnan(x) else x
+    return None if not math.isfinite(x) else x      # JSON has no NaN or Infinity
 
 
 @dataclass

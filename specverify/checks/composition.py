@@ -112,7 +112,10 @@ def run(engine, ctx) -> list[CheckResult]:
             for stochastic in (True, False):
                 reqs, acc, fin = probes(rng, stochastic)
                 keep = [i for i, r in enumerate(reqs)
-                        if (r[3] and rule == "chain" and "greedy" in caps) or (not r[3] and "chain" in caps)]
+                        if (r[3] and rule == "chain" and "greedy" in caps)
+                        or (not r[3] and (rule == "block" or "chain" in caps))]
+                if not keep:
+                    continue
                 reqs, acc, fin = [reqs[i] for i in keep], [acc[i] for i in keep], [fin[i] for i in keep]
                 d, m = compare_alone_vs_mixed(engine, method, reqs, acc, fin, rng, ctx, f"{rule} composition")
                 diffs += d

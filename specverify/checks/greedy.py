@@ -24,24 +24,34 @@ from .base import FAIL, PASS, CheckResult, Timer
 VOCAB = 6
 
 
-def tie_rows(rng, n):
+def near(dtype: str) -> float:
+    """The largest value below 0.25 that stays below it in the engine's row precision: one float64
+    ulp, or four float32 ulps for an adapter that declares `row_dtype = "float32"` (its rows are
+    rounded to float32, where a one-ulp float64 near tie is an exact tie)."""
+    if dtype == "float32":
+        return 0.25 - 4 * 2.0**-26
+    return float(np.nextafter(0.25, 0.0))
+
+
+def tie_rows(rng, n, dtype: str = "float64"):
     p = rng.dirichlet(np.ones(VOCAB), n) * 0.5
+    below = near(dtype)
     for r in range(n):
         a, b = sorted(rng.choice(VOCAB, 2, replace=False))
         p[r, a] = p[r, b] = 0.25
         if r % 3 == 1:
-            p[r, b] = np.nextafter(0.25, 0.0)          # near tie: the lower id wins by one ulp
+            p[r, b] = below                              # near tie: the lower id wins by one ulp
         elif r % 3 == 2:
-            p[r, a] = np.nextafter(0.25, 0.0)          # near tie: the higher id wins by one ulp
+            p[r, a] = below                              # near tie: the higher id wins by one ulp
     p[(rng.random(p.shape) < 0.15) & (p < 0.2)] = 0.0       # zeros, never on the tied pair
     return p / p.sum(axis=1, keepdims=True)
 
 
-def requests(rng, n, ties: bool):
+def requests(rng, n, ties: bool, dtype: str = "float64"):
     reqs = []
     for _ in range(n):
         k = int(rng.integers(0, 4))
-        p = tie_rows(rng, k + 1) if ties else rng.dirichlet(np.full(VOCAB, 0.7), k + 1)
+        p = tie_rows(rng, k + 1, dtype) if ties else rng.dirichlet(np.full(VOCAB, 0.7), k + 1)
         x = np.empty(k, np.int64)
         for i in range(k):
             best = np.flatnonzero(p[i] == p[i].max())
@@ -58,7 +68,7 @@ def run(engine, ctx) -> list[CheckResult]:
     rows = []
     for label, ties in (("ties", True), ("random", False)):
         with Timer() as t:
-            reqs = requests(rng, 300, ties)
+            reqs = requests(rng, 300, ties, getattr(engine, "row_dtype", "float64"))
             batch = VerifyBatch.from_requests(reqs)
             coins = Coins.random(batch, rng)
             out = harness.verified(engine, "verify", batch, coins, ctx, f"greedy {label}")

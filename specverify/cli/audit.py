@@ -98,7 +98,8 @@ def run(args) -> int:
     if args.json:
         if args.json == "-":
             import json
-            json.dump(result.to_dict(), sys.stdout, indent=2)
+            from specverify.io import json_safe
+            json.dump(json_safe(result.to_dict()), sys.stdout, indent=2, allow_nan=False)
             sys.stdout.write("\n")
         else:
             write_json(args.json, result.to_dict())

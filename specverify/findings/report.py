@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from specverify.audit import BATTERY, Context, apply_holm, run_audit
+from specverify.io import json_safe
 from specverify.checks.base import ERROR, FAIL, WARN, CheckResult
 
 from . import NOT_AUDITABLE, NOT_FINDINGS, PLANS, REPRODUCERS, probes
@@ -133,6 +134,7 @@ def write(result, name: str, out_root: str, run_repros: bool = True) -> Path:
         shutil.copyfile(REPRO_DIR / f"{script[len('repro_'):]}.py", folder / f"{script}.py")
         if run_repros:
             run_repro(folder / f"{script}.py")
-    (folder / "audit.json").write_text(json.dumps({**result.to_dict(), "reproducers": repros}, indent=1) + "\n")
+    (folder / "audit.json").write_text(json.dumps(json_safe({**result.to_dict(), "reproducers": repros}), indent=1,
+                                                  allow_nan=False) + "\n")
     (folder / "README.md").write_text(markdown(result, repros, name))
     return folder
