@@ -39,6 +39,8 @@ def register(sub) -> None:
     p.add_argument("--sweep-kappa", type=int, default=None, help="kappa of the concurrency sweep (default 3)")
     p.add_argument("--draft-layers", type=int, default=None,
                    help="layers of the self-speculative draft (default: the best of a depth scan)")
+    p.add_argument("--backend", default=None, choices=["invariant", "default"],
+                   help="op backend (default invariant, the one the engine ships with)")
     p.add_argument("--clock", choices=["cpu", "wall"], default=None, help="timing clock (default cpu: process CPU time)")
     p.add_argument("--prompts-per-category", type=int, default=None, help="prompts per category (default 2)")
     p.add_argument("--max-tokens", type=int, default=None, help="tokens per prompt (default 64)")
@@ -60,7 +62,7 @@ def run(args) -> int:
         "kappas": args.kappas, "batches": args.batches, "sweep_kappa": args.sweep_kappa,
         "draft_layers": args.draft_layers, "prompts_per_category": args.prompts_per_category,
         "max_tokens": args.max_tokens, "rounds": args.rounds, "threads": args.threads,
-        "clock": args.clock}.items() if v is not None}
+        "clock": args.clock, "backend": args.backend}.items() if v is not None}
     config = LabConfig.quick_config(**overrides) if args.quick else LabConfig(**overrides)
     if config.sweep_kappa not in config.kappas:
         config.kappas = tuple(sorted(set(config.kappas) | {config.sweep_kappa}))

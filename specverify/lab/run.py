@@ -67,6 +67,8 @@ class LabConfig:
     threads: int | None = 1         # one thread: a co-tenant on the other core cannot stall a GEMM barrier
     clock: str = "cpu"              # "cpu" (process CPU time) or "wall"
     seed: int = 0
+    backend: str = "invariant"      # the op backend the engine ships with (batch-invariant, and faster
+                                    # than torch's default ops for verify steps on this CPU)
 
     @classmethod
     def quick_config(cls, **kw) -> "LabConfig":
@@ -136,7 +138,7 @@ def load_subject(config: LabConfig):
     """(model, prompt_ids, eos_id, description)."""
     if config.quick:
         from specverify.engine.model import random_llama
-        model = random_llama(seed=config.seed)
+        model = random_llama(seed=config.seed, backend=config.backend)
         rng = np.random.default_rng(config.seed)
         prompts = []
         for i in range(max(2, config.prompts_per_category * 2)):
@@ -145,7 +147,7 @@ def load_subject(config: LabConfig):
         return model, prompts, None, f"random-llama (seed {config.seed}, {model.config.n_layers} layers, quick mode)"
     from specverify.engine.bitwise import encode_prompts, load_prompts
     from specverify.engine.loader import load_smollm2
-    model, tok = load_smollm2()
+    model, tok = load_smollm2(config.backend)
     chosen = []
     for cat in CATEGORIES:
         chosen.extend(load_prompts(None, categories=[cat])[:config.prompts_per_category])
@@ -195,7 +197,8 @@ def _measure_depth(model, config, prompts, eos, L, bar) -> dict:
     runs = []
     for ids in prompts[:config.depth_prompts]:
         r = M.run_generate(model, [ids], spec="draft", kappa=config.sweep_kappa, max_tokens=config.max_tokens,
-                           draft_layers=L, eos_token_id=eos, temperature=config.temperature, seed=config.seed).to_dict()
+                           draft_layers=L, eos_token_id=eos, temperature=config.temperature, seed=config.seed,
+                           backend=config.backend).to_dict()
         r.pop("tokens")
         runs.append(r)
     return {"L": L, "c": M.best(times["draft"]) / M.best(times["target"]), "t_target": times["target"],
@@ -206,7 +209,7 @@ def _measure_prompt(model, config, ids, eos, L) -> dict:
     def one(spec, kappa):
         return M.run_generate(model, [ids], spec=spec, kappa=kappa, max_tokens=config.max_tokens,
                               draft_layers=L, eos_token_id=eos, temperature=config.temperature,
-                              seed=config.seed).to_dict()
+                              seed=config.seed, backend=config.backend).to_dict()
     out = {"plain": [one("none", 0)]}
     for p in config.proposers:
         for k in config.kappas:
@@ -232,7 +235,7 @@ def _measure_e2e(model, config, prompts, eos, B, L) -> dict:
     for spec in ("none", *config.proposers, "none"):
         r = M.run_generate(model, ids, spec=spec, kappa=config.sweep_kappa, max_tokens=config.e2e_max_tokens,
                            draft_layers=L, eos_token_id=eos, ignore_eos=True, batch=B,
-                           temperature=config.temperature, seed=config.seed).to_dict()
+                           temperature=config.temperature, seed=config.seed, backend=config.backend).to_dict()
         r.pop("tokens")
         out.setdefault(spec, []).append(r)
     return out
