@@ -26,7 +26,8 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--backend", default="default", help="op backend: default, invariant, triton")
+    p.add_argument("--backend", default="invariant",
+                   help="op backend: invariant (default: batch-invariant, and the fastest here), default (torch ops), triton")
     p.add_argument("--json", action="store_true", help="print one JSON object (tokens, text, metrics) instead of streaming")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (default 1: on the shared 2 cores, a second OpenMP thread spin-waits "
