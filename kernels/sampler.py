@@ -31,6 +31,7 @@ import numpy as np
 from specverify.errors import InputError
 from specverify.reference import validate
 from specverify.reference.batch import Coins, VerifyBatch
+from specverify.reference import tree as reference_tree
 from specverify.reference.tree import DraftTree
 
 
@@ -90,24 +91,8 @@ def tree_verify(tree: DraftTree, target_probs, draft_probs=None, coins=None, fin
     import torch
 
     from . import sampler_tree
-    if not isinstance(tree, DraftTree):
-        raise InputError(f"tree_verify: expected a DraftTree, got {type(tree).__name__}")
+    target, draft, c, f = reference_tree.validated(tree, target_probs, draft_probs, coins, final_coin)
     n = tree.size
-    target = validate.prob_rows(target_probs, "target_probs", n_rows=n + 1)
-    vocab = target.shape[1]
-    validate.token_ids(tree.tokens, "draft tree tokens", vocab)
-    draft = None
-    if draft_probs is not None:
-        draft = validate.prob_rows(draft_probs, "draft_probs", vocab_size=vocab, n_rows=n + 1)
-        rows = np.where(tree.parents < 0, 0, tree.parents + 1)
-        zero = draft[rows, tree.tokens] <= 0
-        if zero.any():
-            c = int(np.flatnonzero(zero)[0])
-            raise InputError(f"draft tree: node {c} drafted token {tree.tokens[c]} whose draft probability is 0")
-    if coins is None or final_coin is None:
-        raise InputError("tree verify needs one coin per node and a final coin")
-    c = validate.coins(coins, "tree coins", n)
-    f = float(validate.coins([final_coin], "final_coin", 1)[0])
     dev = _device()
     out_tokens = torch.full((n + 1,), -1, dtype=torch.int64, device=dev)
     out_path = torch.full((max(n, 1),), -1, dtype=torch.int64, device=dev)

@@ -271,7 +271,7 @@ def sample_one_step(target_rows, draft_rows=None, n: int = 100_000, seed: int = 
     Draft tokens are drawn from `draft_rows` (inverse-CDF draw with their own coins) unless
     `deterministic`, where the draft proposes each row's argmax (q one-hot)."""
     target = np.ascontiguousarray(target_rows, np.float64)
-    kappa, vocab = target.shape[0] - 1, target.shape[1]
+    kappa = target.shape[0] - 1
     det = deterministic or draft_rows is None
     draft = np.ascontiguousarray(draft_rows if draft_rows is not None else target[:kappa], np.float64)
     cdf = np.cumsum(draft, axis=1)

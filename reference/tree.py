@@ -107,8 +107,10 @@ def tree_rule(tree: DraftTree, target: np.ndarray, draft, coins, final: float):
         return np.array(emitted, np.int64), np.array(path, np.int64)
 
 
-def tree_verify(tree: DraftTree, target_probs, draft_probs=None, coins=None, final_coin=None):
-    """Validated entry point: returns (emitted token ids, accepted node ids)."""
+def validated(tree: DraftTree, target_probs, draft_probs=None, coins=None, final_coin=None):
+    """Check one tree-verify call's arguments; return (target [N+1, V], draft or None, coins [N], final)."""
+    if not isinstance(tree, DraftTree):
+        raise InputError(f"tree verify: expected a DraftTree, got {type(tree).__name__}")
     n = tree.size
     target = validate.prob_rows(target_probs, "target_probs", n_rows=n + 1)
     vocab = target.shape[1]
@@ -116,8 +118,18 @@ def tree_verify(tree: DraftTree, target_probs, draft_probs=None, coins=None, fin
     draft = None
     if draft_probs is not None:
         draft = validate.prob_rows(draft_probs, "draft_probs", vocab_size=vocab, n_rows=n + 1)
+        rows = np.where(tree.parents < 0, 0, tree.parents + 1)
+        zero = draft[rows, tree.tokens] <= 0
+        if zero.any():
+            c = int(np.flatnonzero(zero)[0])
+            raise InputError(f"draft tree: node {c} drafted token {tree.tokens[c]} whose draft probability is 0")
     if coins is None or final_coin is None:
         raise InputError("tree verify needs one coin per node and a final coin")
     c = validate.coins(coins, "tree coins", n)
     f = float(validate.coins([final_coin], "final_coin", 1)[0])
-    return tree_rule(tree, target, draft, c, f)
+    return target, draft, c, f
+
+
+def tree_verify(tree: DraftTree, target_probs, draft_probs=None, coins=None, final_coin=None):
+    """Validated entry point: returns (emitted token ids, accepted node ids)."""
+    return tree_rule(tree, *validated(tree, target_probs, draft_probs, coins, final_coin))

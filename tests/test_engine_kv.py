@@ -1,7 +1,6 @@
 """Paged KV cache: allocation, rollback (a stale-KV mutant must change the logits), prefix cache
 (hits, reuse gives the same result, only finalized tokens are ever committed)."""
 
-import numpy as np
 import pytest
 import torch
 

@@ -1,7 +1,6 @@
 """Model and loader: GGUF errors, the ragged layout (a mixed launch equals each request alone),
 prefill equals incremental decode, the attention self-check, and the real model's sanity."""
 
-import shutil
 
 import numpy as np
 import pytest

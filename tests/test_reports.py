@@ -196,7 +196,7 @@ def test_report_of_passing_and_failing_audits(audits, tmp_path):
     ref, ref1, bad = audits
     out = tmp_path / "rep"
     info = audit_report.write_report([ref, ref1, bad], str(out))
-    assert info.engines == {"reference": "pass", f"lossy:threshold_acc=0.5": "fail"}
+    assert info.engines == {"reference": "pass", "lossy:threshold_acc=0.5": "fail"}
     html, md = assert_report_complete(str(out), [ref, bad])
     assert 'class="verdicts"' in html and "<tr class=\"fail\">" in html
     assert "2 seeded repeats (seeds 0, 1)" in md

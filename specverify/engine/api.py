@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from specverify.errors import InputError
 
-from .engine import Engine, RequestOutput, SamplingParams
+from .engine import Engine, SamplingParams
 from .metrics import SpecMetrics
 from .model import Llama
 from .proposers import DraftModelProposer, NgramProposer, RandomProposer

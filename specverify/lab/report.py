@@ -153,8 +153,8 @@ def build_lab_document(r: dict) -> Document:
 
     # ---- break-even
     doc.add(Heading(2, "Break-even acceptance on this machine"))
-    doc.add(Formula(f"alpha*: E(alpha*, kappa) = 1 + kappa c      (chapter: 0.34 at kappa 3, c 0.165)\n"
-                    f"with the measured verify cost: E(alpha*, kappa) = v(kappa) + kappa c"))
+    doc.add(Formula("alpha*: E(alpha*, kappa) = 1 + kappa c      (chapter: 0.34 at kappa 3, c 0.165)\n"
+                    "with the measured verify cost: E(alpha*, kappa) = v(kappa) + kappa c"))
     doc.add(Image("img/break_even.png", plots.break_even_plot(props, ks), "break-even alpha",
                   caption=f"E(alpha, {ks}) against the cost of a step in target-step units; below alpha* speculation "
                           "makes decoding slower."))

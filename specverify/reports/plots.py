@@ -14,7 +14,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .analysis import QQ, CellTable, Matrix, top_cells
+from .analysis import CellTable, Matrix, top_cells
 
 DPI = 80
 RED, ORANGE, GREEN, GREY, BLUE = "#cf222e", "#bc4c00", "#2da44e", "#8c959f", "#0969da"
