@@ -20,9 +20,6 @@ import numpy as np
 
 from .sampling import draw, residual
 
-LOSSY = True
-
-
 @dataclass(frozen=True)
 class ThresholdRule:
     threshold_single: float = 1.0

@@ -15,7 +15,7 @@ A token of weight 0 is never returned, whatever the coin (0.0 and 1.0 included).
 Residual, `residual(p, q, x)`: the weights max(0, p - q) (the normalisation Z is folded into the
 draw). A deterministic draft (q is None) means q = one-hot(x), whose residual is p with p[x] set to 0.
 If the residual is all zero -- possible only when p <= q everywhere, i.e. p == q up to rounding, where
-an in-contract coin cannot reject -- the target row p itself is used (`RESIDUAL_FALLBACK`).
+an in-contract coin cannot reject -- the target row p itself is used.
 
 Acceptance, `accepts(p, q, x, coin)`: accept draft token x iff coin * q[x] < p[x] (strict; q[x] = 1
 for a deterministic draft). Equivalent to coin < min(1, p[x]/q[x]) for coins in [0, 1), without the
@@ -25,9 +25,6 @@ division, and a coin of 0.0 never accepts a token with p[x] = 0.
 from __future__ import annotations
 
 import numpy as np
-
-RESIDUAL_FALLBACK = "target"
-
 
 def draw(weights: np.ndarray, coin: float) -> int:
     """Inverse-CDF draw of one token from non-negative `weights` (need not sum to 1)."""
