@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specverify.errors import InputError
+from specverify.reference.transforms import Transform
 
 from .kv_cache import SeqKV
 from .layout import build_step
@@ -45,12 +46,7 @@ class SamplingParams:
     kappa: int | None = None       # cap on this request's drafts (None: the batch kappa)
 
     def __post_init__(self):
-        if not (np.isfinite(self.temperature) and self.temperature >= 0):
-            raise InputError(f"temperature {self.temperature} must be a finite number >= 0")
-        if self.top_k < 0:
-            raise InputError(f"top_k {self.top_k} must be >= 0 (0 = off)")
-        if not 0 < self.top_p <= 1:
-            raise InputError(f"top_p {self.top_p} must be in (0, 1]")
+        Transform(self.temperature, self.top_k, self.top_p)      # validates the sampling knobs
         if self.max_tokens < 1:
             raise InputError(f"max_tokens {self.max_tokens} must be >= 1")
         if self.kappa is not None and self.kappa < 0:
