@@ -117,3 +117,25 @@ def test_json_output_is_strict_json_even_for_infinite_power(tmp_path):
     write_json(str(path), {"a": float("inf"), "b": [float("nan"), 1.0], "c": {"d": -float("inf")}})
     assert json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}")) == \
         {"a": None, "b": [None, 1.0], "c": {"d": None}}
+
+
+@pytest.mark.parametrize("where", ["while the subcommands import", "while a subcommand runs"])
+def test_ctrl_c_anywhere_in_the_cli_is_exit_130_with_one_line(where, monkeypatch, capsys):
+    """^C is not a crash: wherever it lands, the CLI says `interrupted` and exits 130, no traceback."""
+    import argparse
+
+    import specverify.cli as cli
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    if where == "while the subcommands import":
+        monkeypatch.setattr(cli, "build_parser", interrupt)
+    else:
+        def parser():
+            p = argparse.ArgumentParser()
+            p.set_defaults(func=interrupt)
+            return p
+        monkeypatch.setattr(cli, "build_parser", parser)
+    assert cli.main([]) == 130
+    assert capsys.readouterr().err == "specverify: interrupted\n"

@@ -287,7 +287,11 @@ def test_sigint_to_the_cli_leaves_the_old_report_or_a_whole_new_one(full_audits,
     src.write_text(json.dumps(full_audits[2]))
     proc = subprocess.Popen([sys.executable, "-m", "specverify", "report", str(src), "-o", str(out), "-q"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(4.0)                                     # past the imports, inside the plots
+    deadline = time.monotonic() + 300                    # wait until it renders into its staging folder
+    while proc.poll() is None and time.monotonic() < deadline:
+        if any(name.startswith(".rep.tmp-") for name in os.listdir(tmp_path)):
+            break
+        time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert sorted(os.listdir(tmp_path)) == ["in.json", "rep"], os.listdir(tmp_path)

@@ -46,12 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help(sys.stderr)
-        return 2
-    try:
+    try:                                   # ^C while the subcommands import is an interrupt too
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help(sys.stderr)
+            return 2
         return int(args.func(args))
     except (InputError, AdapterError) as exc:
         print(f"specverify: error: {exc}", file=sys.stderr)
