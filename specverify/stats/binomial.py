@@ -24,6 +24,7 @@ from scipy import optimize, stats
 
 from specverify.errors import InputError
 
+from .errors import check_unit_open
 from .results import BinomialResult
 
 
@@ -100,12 +101,8 @@ def binomial_test(successes, n, p0, *, alpha=1e-3, power=0.99) -> BinomialResult
     p0 = float(p0)
     if not (math.isfinite(p0) and 0.0 <= p0 <= 1.0):
         raise InputError(f"p0 must be a probability in [0, 1], got {p0!r}")
-    alpha = float(alpha)
-    if not 0.0 < alpha < 1.0:
-        raise InputError(f"alpha must lie in (0, 1), got {alpha!r}")
-    power = float(power)
-    if not 0.0 < power < 1.0:
-        raise InputError(f"power must lie in (0, 1), got {power!r}")
+    alpha = check_unit_open(alpha, "alpha")
+    power = check_unit_open(power, "power")
     p_value = float(stats.binomtest(successes, n, p0).pvalue)
     return BinomialResult(statistic=successes / n, p_value=min(1.0, p_value), n=n, successes=successes, p0=p0,
                           alpha=alpha, power=power, min_detectable_diff=_min_detectable_diff(n, p0, alpha, power))

@@ -57,7 +57,7 @@ from scipy import special, stats
 
 from specverify.errors import InputError
 
-from .errors import ImpossibleObservation
+from .errors import ImpossibleObservation, check_unit_open
 from .power import min_detectable_w
 from .results import GofResult, _frozen_array
 
@@ -136,12 +136,8 @@ def _check_options(min_expected, alpha, power, mc_samples):
     min_expected = float(min_expected)
     if not math.isfinite(min_expected) or min_expected <= 0:
         raise InputError(f"min_expected must be a positive number, got {min_expected!r}")
-    alpha = float(alpha)
-    if not 0.0 < alpha < 1.0:
-        raise InputError(f"alpha must lie in (0, 1), got {alpha!r}")
-    power = float(power)
-    if not 0.0 < power < 1.0:
-        raise InputError(f"power must lie in (0, 1), got {power!r}")
+    alpha = check_unit_open(alpha, "alpha")
+    power = check_unit_open(power, "power")
     if mc_samples is not None:
         if isinstance(mc_samples, bool) or int(mc_samples) != mc_samples or mc_samples < 1:
             raise InputError(f"mc_samples must be a positive integer or None, got {mc_samples!r}")

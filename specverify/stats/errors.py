@@ -1,4 +1,4 @@
-"""The one error the statistics raise beyond `InputError`.
+"""The one error the statistics raise beyond `InputError`, and their shared level/power check.
 
 `ImpossibleObservation` means the sample contains an outcome the null distribution gives probability
 exactly 0 (a token outside the support, a count in a zero-probability cell). No p-value is needed: the
@@ -23,3 +23,11 @@ class ImpossibleObservation(InputError):
         super().__init__(message)
         self.cell = int(cell)
         self.count = None if count is None else int(count)
+
+
+def check_unit_open(value, name: str) -> float:
+    """`value` as a float in the open interval (0, 1) (a level alpha or a target power), else InputError."""
+    value = float(value)
+    if not 0.0 < value < 1.0:
+        raise InputError(f"{name} must lie in (0, 1), got {value!r}")
+    return value

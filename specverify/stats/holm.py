@@ -21,6 +21,7 @@ import numpy as np
 
 from specverify.errors import InputError
 
+from .errors import check_unit_open
 from .results import HolmResult, _frozen_array
 
 
@@ -43,9 +44,7 @@ def holm(p_values, alpha=1e-3) -> HolmResult:
     if outside.any():
         k = int(np.argmax(outside))
         raise InputError(f"p_values: entry {k} is {p[k]!r}, not in [0, 1]")
-    alpha = float(alpha)
-    if not 0.0 < alpha < 1.0:
-        raise InputError(f"alpha must lie in (0, 1), got {alpha!r}")
+    alpha = check_unit_open(alpha, "alpha")
     m = p.size
     order = np.argsort(p, kind="stable")
     scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])  # (m - j + 1) p_(j), 1-based j

@@ -23,6 +23,8 @@ from scipy import optimize, stats
 
 from specverify.errors import InputError
 
+from .errors import check_unit_open
+
 
 def _check(n, dof, alpha, power=None):
     try:
@@ -37,13 +39,9 @@ def _check(n, dof, alpha, power=None):
         integral = False
     if not integral or dof < 1:
         raise InputError(f"dof must be a positive integer, got {dof!r}")
-    alpha = float(alpha)
-    if not 0.0 < alpha < 1.0:
-        raise InputError(f"alpha must lie in (0, 1), got {alpha!r}")
+    alpha = check_unit_open(alpha, "alpha")
     if power is not None:
-        power = float(power)
-        if not 0.0 < power < 1.0:
-            raise InputError(f"power must lie in (0, 1), got {power!r}")
+        power = check_unit_open(power, "power")
     return n, int(dof), alpha, power
 
 
