@@ -12,6 +12,8 @@ import json
 import sys
 import time
 
+from specverify.cli.engine_options import add_engine_options, apply_threads
+
 
 def register(sub) -> None:
     p = sub.add_parser("bench", help="benchmark speculative vs plain decode on the real model",
@@ -30,12 +32,7 @@ def register(sub) -> None:
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--repeat", type=int, default=2,
                    help="runs of each (prompt, config); the fastest counts (robust to other load on the machine)")
-    p.add_argument("--backend", default="invariant",
-                   help="op backend: invariant (default: batch-invariant, and the fastest here), default (torch ops), triton")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads (default 1: on the shared 2 cores, a second OpenMP thread spin-waits "
-                        "and slows decode under load; 0 = torch's default)")
+    add_engine_options(p, json_help="print the result as JSON")
     p.set_defaults(func=run)
 
 
@@ -55,8 +52,7 @@ def _timed(model, tok, prompt_ids, *, spec, kappa, backend, max_tokens, draft_la
 
 def run(args) -> int:
     import torch
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+    apply_threads(args)
     from specverify.engine.bitwise import encode_prompts, load_prompts
     from specverify.engine.loader import load_smollm2
     from specverify.errors import InputError

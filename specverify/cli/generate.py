@@ -6,6 +6,8 @@ import json
 import sys
 import time
 
+from specverify.cli.engine_options import add_engine_options, apply_threads
+
 
 def register(sub) -> None:
     p = sub.add_parser("generate", help="generate text with specverify's speculative engine",
@@ -26,19 +28,12 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--backend", default="invariant",
-                   help="op backend: invariant (default: batch-invariant, and the fastest here), default (torch ops), triton")
-    p.add_argument("--json", action="store_true", help="print one JSON object (tokens, text, metrics) instead of streaming")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads (default 1: on the shared 2 cores, a second OpenMP thread spin-waits "
-                        "and slows decode under load; 0 = torch's default)")
+    add_engine_options(p, json_help="print one JSON object (tokens, text, metrics) instead of streaming")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    import torch
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+    apply_threads(args)
     from specverify.engine.api import generate
     from specverify.engine.engine import SamplingParams
     from specverify.engine.loader import load_model, load_smollm2
