@@ -76,7 +76,6 @@ class DraftModelProposer:
         drafts = [[] for _ in reqs]
         qrows = [[] for _ in reqs]
         live = list(range(len(reqs)))
-        step = 0
         while live:
             new = []
             for b in live:
@@ -92,7 +91,6 @@ class DraftModelProposer:
                     q = transform_probs(logits[row:row + 1], p.temperature, p.top_k, p.top_p)[0]
                     drafts[b].append(draw(q, reqs[b].draft_rng.random()))
                     qrows[b].append(q)
-            step += 1
             live = [b for b in live if len(drafts[b]) < ks[b]]
         out = []
         for b, r in enumerate(reqs):
