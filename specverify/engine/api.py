@@ -22,6 +22,7 @@ from .engine import Engine, SamplingParams
 from .metrics import SpecMetrics
 from .model import Llama
 from .proposers import DraftModelProposer, NgramProposer, RandomProposer
+from .scheduler import KappaSchedule
 from .toy_adapter import ToyAdapter
 
 SPECS = ("none", "ngram", "draft", "uniform", "skewed")
@@ -80,7 +81,7 @@ def generate(target, draft=None, prompts=(), *, kappa=3, temperature: float = 0.
         raise InputError(f"{len(params)} SamplingParams for {len(enc)} prompts")
     if spec == "none":
         kappa = 0
-    max_k = kappa if isinstance(kappa, int) else max(dict(kappa).values())
+    max_k = KappaSchedule(kappa).max_kappa
     vocab = target_m.vocab_size
     if spec == "ngram":
         proposer = NgramProposer(n_max=ngram_n, n_min=ngram_min)
