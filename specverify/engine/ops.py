@@ -72,9 +72,6 @@ class _PatchedAttention:
 
     def __init__(self, inner):
         self.inner = inner
-        self.name = inner.name
-        self.batch_invariant = getattr(inner, "batch_invariant", False)
-        self.attention_patched = True
 
     def __getattr__(self, item):
         return getattr(self.inner, item)
