@@ -182,7 +182,8 @@ def main(argv=None) -> int:
         if not torch.cuda.is_available():
             print(json.dumps({"ok": False, "error": "no CUDA device (use --smoke for the interpreter)"}))
             return 2
-        if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        from .triton_backend import interpreting
+        if interpreting():
             print(json.dumps({"ok": False, "error": "unset TRITON_INTERPRET to run the kernels on the GPU"}))
             return 2
     elif not torch.cuda.is_available():

@@ -228,9 +228,10 @@ def main(argv=None) -> int:
         if not torch.cuda.is_available():
             os.environ["TRITON_INTERPRET"] = "1"           # before the kernel modules are imported
     from .backend import get_backend
+    from .triton_backend import interpreting
     rows = []
     for name in names:
-        quick = name == "triton" and os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+        quick = name == "triton" and interpreting()
         rows += battery(get_backend(name), quick=quick)
     if args.json:
         print(json.dumps([r.to_dict() for r in rows], indent=1))

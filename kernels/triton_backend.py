@@ -15,6 +15,11 @@ import os
 from .backend import register_backend
 
 
+def interpreting() -> bool:
+    """Whether the kernels run under Triton's interpreter (TRITON_INTERPRET set, and not to "" or "0")."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
 def require_triton() -> None:
     """Raise InputError unless the Triton kernels can run here (a CUDA GPU, or the interpreter)."""
     from specverify.errors import InputError
@@ -22,7 +27,7 @@ def require_triton() -> None:
         import triton  # noqa: F401
     except ImportError:
         raise InputError("the Triton kernels need the 'triton' package (pip install 'specverify[engine]')") from None
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    if interpreting():
         return
     try:
         import torch

@@ -24,10 +24,10 @@ position 0..BLOCK_M-1 under the interpreter; `gpu_check.py` checks the MMA path 
 
 from __future__ import annotations
 
-import os
-
 import triton
 import triton.language as tl
+
+from .triton_backend import interpreting
 
 BLOCK_M = 16
 BLOCK_N = 32
@@ -60,11 +60,6 @@ def _linear_kernel(x_ptr, w_ptr, y_ptr, M, N, K,
             acc = tl.dot(a, b, acc)
     tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn, acc,
              mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
-
-
-def interpreting() -> bool:
-    """Whether the kernels run under Triton's interpreter (TRITON_INTERPRET=1)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def linear(x, w):
