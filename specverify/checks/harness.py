@@ -96,7 +96,8 @@ def check_output(out, shape: tuple, vocab: int, what: str) -> np.ndarray:
 
 
 def verified(engine, method: str, batch: VerifyBatch, coins, ctx, what: str) -> np.ndarray:
-    """engine.<method>(batch, coins) under the timeout, output checked."""
+    """engine.<method>(batch, coins) under the timeout, output checked (`coins`: the seeds for
+    verify_seeded)."""
     fn = getattr(engine, method)
     res = call_with_timeout(fn, batch, coins, timeout=ctx.timeout, what=f"{engine.name}.{method} ({what})")
     return check_output(res, (batch.batch_size, batch.max_spec_len + 1), batch.vocab_size, f"{engine.name}.{method}")
@@ -151,9 +152,7 @@ def run_seeded(engine, problem: Problem, n: int, rng: np.random.Generator, ctx, 
         m = min(CHUNK, n - s)
         batch = replicate(problem, problem.sample_drafts(m, rng))
         seeds = first_seed + s + np.arange(m, dtype=np.int64)
-        res = call_with_timeout(engine.verify_seeded, batch, seeds, timeout=ctx.timeout,
-                                what=f"{engine.name}.verify_seeded ({what})")
-        out[s:s + m] = check_output(res, (m, problem.kappa + 1), problem.vocab_size, f"{engine.name}.verify_seeded")
+        out[s:s + m] = verified(engine, "verify_seeded", batch, seeds, ctx, what)
     return out
 
 

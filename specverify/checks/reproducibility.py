@@ -29,10 +29,7 @@ from .joint import sequence_gof
 
 
 def seeded_call(engine, batch: VerifyBatch, seeds, ctx, what: str) -> np.ndarray:
-    res = harness.call_with_timeout(engine.verify_seeded, batch, np.asarray(seeds, np.int64), timeout=ctx.timeout,
-                                    what=f"{engine.name}.verify_seeded ({what})")
-    return harness.check_output(res, (batch.batch_size, batch.max_spec_len + 1), batch.vocab_size,
-                                f"{engine.name}.verify_seeded")
+    return harness.verified(engine, "verify_seeded", batch, np.asarray(seeds, np.int64), ctx, what)
 
 
 def fresh(ctx, what: str):
