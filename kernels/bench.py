@@ -248,10 +248,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-triton", action="store_true", help="skip the Triton interpreter timings")
     ap.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH ('-' = stdout)")
     args = ap.parse_args(argv)
-    if not args.no_triton and "TRITON_INTERPRET" not in os.environ:
-        import torch
-        if not torch.cuda.is_available():
-            os.environ["TRITON_INTERPRET"] = "1"       # before any kernel module is imported
+    if not args.no_triton:
+        from .triton_backend import interpret_without_gpu
+        interpret_without_gpu()
     if args.threads:
         import torch
         torch.set_num_threads(args.threads)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -178,16 +177,17 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="also write the JSON to this file")
     args = ap.parse_args(argv)
     import torch
+
+    from .triton_backend import interpret_without_gpu, interpreting
     if not args.smoke:
         if not torch.cuda.is_available():
             print(json.dumps({"ok": False, "error": "no CUDA device (use --smoke for the interpreter)"}))
             return 2
-        from .triton_backend import interpreting
         if interpreting():
             print(json.dumps({"ok": False, "error": "unset TRITON_INTERPRET to run the kernels on the GPU"}))
             return 2
-    elif not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")     # before the kernel modules are imported
+    else:
+        interpret_without_gpu()
     t0 = time.perf_counter()
     res = run(smoke=args.smoke)
     res["seconds"] = time.perf_counter() - t0

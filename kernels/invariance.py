@@ -217,18 +217,15 @@ def main(argv=None) -> int:
     """python -m specverify.kernels.invariance [--backend NAME ...] [--json]: the battery as a table."""
     import argparse
     import json
-    import os
     ap = argparse.ArgumentParser(prog="python -m specverify.kernels.invariance")
     ap.add_argument("--backend", action="append", default=None, help="default, invariant, triton (repeatable)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     names = args.backend or ["invariant", "default"]
-    if "triton" in names and "TRITON_INTERPRET" not in os.environ:
-        import torch
-        if not torch.cuda.is_available():
-            os.environ["TRITON_INTERPRET"] = "1"           # before the kernel modules are imported
     from .backend import get_backend
-    from .triton_backend import interpreting
+    from .triton_backend import interpret_without_gpu, interpreting
+    if "triton" in names:
+        interpret_without_gpu()
     rows = []
     for name in names:
         quick = name == "triton" and interpreting()

@@ -20,6 +20,15 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def interpret_without_gpu() -> None:
+    """Choose the interpreter (TRITON_INTERPRET=1) when TRITON_INTERPRET is unset and there is no CUDA
+    GPU. Call it before any kernel module is imported (the command-line entry points do)."""
+    if "TRITON_INTERPRET" not in os.environ:
+        import torch
+        if not torch.cuda.is_available():
+            os.environ["TRITON_INTERPRET"] = "1"
+
+
 def require_triton() -> None:
     """Raise InputError unless the Triton kernels can run here (a CUDA GPU, or the interpreter)."""
     from specverify.errors import InputError
