@@ -35,10 +35,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from specverify.progress import Progress
-    from specverify.reports import report_from_files
-
     from specverify.errors import InputError
+    from specverify.progress import Progress
+    from specverify.reports import write_report
     from specverify.reports.analysis import kind_of, load_json
 
     docs = [load_json(p) for p in args.results]
@@ -53,7 +52,7 @@ def run(args) -> int:
         return 0
     progress = Progress(quiet=args.quiet)
     try:
-        info = report_from_files(args.results, args.output, title=args.title, embed=args.embed, progress=progress)
+        info = write_report(docs, args.output, title=args.title, embed=args.embed, progress=progress)
     finally:
         progress.done()
     if not args.quiet:
