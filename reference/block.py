@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specverify.errors import InputError
-
-from .chain import _validated
+from .chain import _check_drafted, _validated
 from .sampling import draw
 
 
@@ -54,9 +52,9 @@ def block_rule(drafts, target, draft, coins, final) -> np.ndarray:
         if x < 0:
             w = 0.0
         else:
-            qx = 1.0 if draft is None else draft[i - 1][x]
-            if not qx > 0:
-                raise InputError(f"draft_token_ids: token {x} at position {i - 1} was drafted but its draft probability is 0")
+            q = None if draft is None else draft[i - 1]
+            _check_drafted(q, x, i - 1)
+            qx = 1.0 if q is None else q[x]
             with np.errstate(over="ignore"):     # p/q overflowing to inf is clamped to 1
                 w = min(w * target[i - 1][x] / qx, 1.0)
         if i < kappa:
