@@ -19,6 +19,7 @@ from specverify.reference.batch import Coins, VerifyBatch
 from specverify.adapters.treebatch import TreeBatch, TreeCoins
 from . import harness
 from .base import FAIL, PASS, CheckResult, Timer
+from .problems import drafted_request
 
 VOCAB = 8
 N_PROBES = 96
@@ -30,12 +31,7 @@ def probes(rng: np.random.Generator, stochastic: bool = True):
     for j in range(N_PROBES):
         kind = j % 6            # 0..2 random k = 1..3, 3 zero-draft, 4 padded, 5 greedy
         k = {0: 1, 1: 2, 2: 3, 3: 0, 4: 3, 5: 2}[kind]
-        p = rng.dirichlet(np.full(VOCAB, 0.6), k + 1)
-        q = rng.dirichlet(np.full(VOCAB, 0.6), k)
-        x = np.array([min(int(np.searchsorted(np.cumsum(r), rng.random() * r.sum(), side="right")), VOCAB - 1)
-                      for r in q], np.int64)
-        q[np.arange(k), x] += 0.05
-        q /= q.sum(axis=1, keepdims=True)
+        x, p, q = drafted_request(rng, k, VOCAB, 0.6)
         if kind == 4:
             x[1:] = -1
         if not stochastic:

@@ -30,6 +30,7 @@ from specverify.reference.batch import Coins, VerifyBatch
 from specverify.adapters.treebatch import TreeBatch, TreeCoins, shape_of
 from . import harness
 from .base import FAIL, PASS, WARN, CheckResult, Timer
+from .problems import drafted_request
 
 IN_CONTRACT = {"0.0": 0.0, "5e-324": 5e-324, "1-2^-53": 1.0 - 2.0**-53, "1-2^-24": 1.0 - 2.0**-24}
 OUT_OF_CONTRACT = {"1.0": 1.0}
@@ -107,12 +108,7 @@ def random_batch(rng: np.random.Generator, n: int = 400, vocab: int = 6) -> Veri
     reqs = []
     for _ in range(n):
         k = int(rng.integers(0, 4))
-        p = rng.dirichlet(np.full(vocab, 0.5), k + 1)
-        q = rng.dirichlet(np.full(vocab, 0.5), k)
-        x = np.array([int(np.searchsorted(np.cumsum(r), rng.random() * r.sum(), side="right")) for r in q], np.int64)
-        x = np.minimum(x, vocab - 1)
-        q[np.arange(k), x] += 0.05
-        q /= q.sum(axis=1, keepdims=True)
+        x, p, q = drafted_request(rng, k, vocab, 0.5)
         if k and rng.random() < 0.2:
             x[int(rng.integers(0, k))] = -1
         reqs.append((x, p, q, bool(rng.random() < 0.2)))

@@ -88,6 +88,19 @@ def sample_rows(rows: np.ndarray, u: np.ndarray) -> np.ndarray:
     return out
 
 
+def drafted_request(rng, k: int, vocab: int, conc: float):
+    """(draft ids [k], target rows p [k + 1, V], draft rows q [k, V]) of one random request: p and q
+    ~ Dirichlet(conc), each draft drawn from its q row by inverse CDF, then 0.05 added to q at the
+    drafted token and q renormalised."""
+    p = rng.dirichlet(np.full(vocab, conc), k + 1)
+    q = rng.dirichlet(np.full(vocab, conc), k)
+    x = np.array([min(int(np.searchsorted(np.cumsum(r), rng.random() * r.sum(), side="right")), vocab - 1)
+                  for r in q], np.int64)
+    q[np.arange(k), x] += 0.05
+    q /= q.sum(axis=1, keepdims=True)
+    return x, p, q
+
+
 def _dirichlet(rng, conc, shape):
     return rng.dirichlet(np.full(shape[-1], conc), size=shape[0])
 

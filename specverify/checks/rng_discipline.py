@@ -20,18 +20,14 @@ from specverify.reference.batch import VerifyBatch
 
 from .base import FAIL, PASS, SKIP, CheckResult, Timer
 from .composition import VOCAB
+from .problems import drafted_request
 from .reproducibility import applies, fresh, seeded_call
 
 M = 64
 
 
 def _request(rng, k, greedy=False, pad=False):
-    p = rng.dirichlet(np.full(VOCAB, 0.6), k + 1)
-    q = rng.dirichlet(np.full(VOCAB, 0.6), k)
-    x = np.array([min(int(np.searchsorted(np.cumsum(r), rng.random() * r.sum(), side="right")), VOCAB - 1) for r in q],
-                 np.int64)
-    q[np.arange(k), x] += 0.05
-    q /= q.sum(axis=1, keepdims=True)
+    x, p, q = drafted_request(rng, k, VOCAB, 0.6)
     if pad and k:
         x[1:] = -1
     return (x, p, q, greedy)
