@@ -17,6 +17,7 @@ import numba
 import numpy as np
 
 from .batch import Coins, VerifyBatch
+from .sampling import residual
 
 CHAIN, GREEDY, BLOCK, THRESHOLD, TYPICAL = 0, 1, 2, 3, 4
 RULES = {"chain": CHAIN, "greedy": GREEDY, "block": BLOCK, "threshold": THRESHOLD, "typical": TYPICAL}
@@ -206,13 +207,7 @@ def _chain_tables(target, draft, det):
     res_last = np.empty((kappa, vocab), np.int64)
     for i in range(kappa):
         for x in range(vocab):
-            if det:
-                w = target[i].copy()
-                w[x] = 0.0
-            else:
-                w = np.maximum(target[i] - draft[i], 0.0)
-            if not (w > 0).any():
-                w = target[i]
+            w = residual(target[i], None if det else draft[i], x)
             res_cdf[i, x] = np.cumsum(w)
             res_last[i, x] = np.flatnonzero(w > 0)[-1]
     bonus_cdf = np.cumsum(target[kappa])
