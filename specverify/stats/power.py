@@ -91,7 +91,7 @@ def min_detectable_w(n, dof, alpha=1e-3, power=0.99) -> float:
     >= `power` given `n` samples: sqrt(lambda* / n), where lambda* solves
     ncx2.sf(chi2.isf(alpha, dof), dof, lambda*) = power (brentq). Scales exactly like 1/sqrt(n)."""
     n, dof, alpha, power = _check(n, dof, alpha, power)
-    return math.sqrt(noncentrality_needed(dof, alpha, power) / n)
+    return math.sqrt(_noncentrality_needed(dof, alpha, power) / n)
 
 
 def min_detectable_tv(n, dof, alpha=1e-3, power=0.99) -> float:
