@@ -37,5 +37,10 @@ def json_safe(obj):
     return obj
 
 
+def json_text(obj) -> str:
+    """The JSON text of a result (NaN and infinities as null), as `write_json` writes it."""
+    return json.dumps(json_safe(obj), indent=2, sort_keys=False, allow_nan=False) + "\n"
+
+
 def write_json(path: str, obj) -> None:
-    write_atomic(path, json.dumps(json_safe(obj), indent=2, sort_keys=False, allow_nan=False) + "\n")
+    write_atomic(path, json_text(obj))

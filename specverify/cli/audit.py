@@ -68,7 +68,7 @@ def run(args) -> int:
     from specverify.adapters.registry import factory
     from specverify.audit import Context, run_audit
     from specverify.errors import InputError
-    from specverify.io import write_json
+    from specverify.io import json_text, write_json
     from specverify.progress import Progress
 
     if args.samples is not None and args.samples < 100:
@@ -97,10 +97,7 @@ def run(args) -> int:
         progress.done()
     if args.json:
         if args.json == "-":
-            import json
-            from specverify.io import json_safe
-            json.dump(json_safe(result.to_dict()), sys.stdout, indent=2, allow_nan=False)
-            sys.stdout.write("\n")
+            sys.stdout.write(json_text(result.to_dict()))
         else:
             write_json(args.json, result.to_dict())
     if args.report:
