@@ -10,9 +10,7 @@ backend exists to fix), and warns if it sees nothing.
 
 from __future__ import annotations
 
-from .base import FAIL, PASS, CheckResult, Timer
-
-WARN = "warn"
+from .base import FAIL, PASS, WARN, CheckResult, Timer
 
 
 def _shape(r) -> str:
