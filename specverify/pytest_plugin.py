@@ -77,7 +77,8 @@ class ExactnessGate:
         from specverify.adapters.registry import factory as named_factory
 
         if isinstance(engine, str):
-            return named_factory(engine)(), named_factory(engine), engine
+            factory = named_factory(engine)                 # resolved once (a plug-in file is executed once)
+            return factory(), factory, engine
         if hasattr(engine, "capabilities") and not inspect.isclass(engine):
             return engine, None, None                       # an instance: no fresh copies
         if callable(engine):
