@@ -287,9 +287,8 @@ def run_lab(config: LabConfig, *, state_path: str | None = None, fresh: bool = F
             bar.advance(note=u)
     measured_s = sum(state.units[u]["seconds"] for u in units)
     result = analyse(config, {u: state.units[u]["value"] for u in units}, prompts, L, depths)
-    import torch as _t
     result["machine"] = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                         "cpu_count": os.cpu_count(), "torch": _t.__version__, "torch_threads": _t.get_num_threads(),
+                         "cpu_count": os.cpu_count(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
                          "load_average_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
     result["subject"] = subject
     result["wall"] = {"this_run_s": time.perf_counter() - start, "measurement_s_all_sessions": measured_s,
@@ -466,17 +465,16 @@ def analyse(config: LabConfig, u: dict, prompts: list, L: int, depths: list) -> 
 
     # ---- draft depth scan: c(L) against acceptance, beside the break-even curve
     depth = []
-    ks3 = config.sweep_kappa
-    v3 = verify_cost(ks3)
+    v_sweep = verify_cost(ks)
     for d in depths:
         du = u[f"depth/{d}"]
         pooled = _pool_runs(du["runs"], clk)
         E = pooled["E"]
         depth.append({"L": d, "c": du["c"], "E": E, "alpha": pooled["alpha"], "r_i": pooled["r_i"],
-                      "pred_formula": F.speedup(E, ks3, du["c"]) if E else None,
-                      "pred_verify_cost": F.speedup(E, ks3, du["c"], v3) if E else None,
-                      "break_even_alpha": F.break_even_alpha(ks3, du["c"]),
-                      "break_even_alpha_verify_cost": F.break_even_alpha(ks3, du["c"], v3)})
+                      "pred_formula": F.speedup(E, ks, du["c"]) if E else None,
+                      "pred_verify_cost": F.speedup(E, ks, du["c"], v_sweep) if E else None,
+                      "break_even_alpha": F.break_even_alpha(ks, du["c"]),
+                      "break_even_alpha_verify_cost": F.break_even_alpha(ks, du["c"], v_sweep)})
 
     return _clean({
         "kind": "lab", "config": asdict(config), "n_prompts": n_prompts, "draft_layers": L, "depths": depth,
