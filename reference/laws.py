@@ -80,10 +80,6 @@ class SequenceLaw:
     def lengths(self) -> np.ndarray:
         return np.array([len(s) for s in self.sequences])
 
-    def length_law(self) -> np.ndarray:
-        """P(len == l) for l = 0..max length."""
-        return np.bincount(self.lengths(), weights=self.probs)
-
     def mean_length(self) -> float:
         return float((self.lengths() * self.probs).sum())
 
@@ -100,12 +96,6 @@ class SequenceLaw:
         z = row.sum()
         return row / z if z > 0 else row
 
-    def truncate(self, length: int) -> "SequenceLaw":
-        d: dict = {}
-        for s, p in zip(self.sequences, self.probs):
-            d[s[:length]] = d.get(s[:length], 0.0) + p
-        return SequenceLaw.from_dict(d, self.vocab_size)
-
     def tv(self, other: "SequenceLaw") -> float:
         """Total variation distance to another law."""
         a, b = self.as_dict(), other.as_dict()
@@ -117,8 +107,6 @@ class SequenceLaw:
 class ExactRule:
     """The exact chain rule: accept with min(1, p[x]/q[x]); recover from max(0, p - q)."""
 
-    lossy = False
-
     def accept_prob(self, p, q, x: int) -> float:
         qx = 1.0 if q is None else float(q[x])
         return min(1.0, float(p[x]) / qx)
@@ -129,8 +117,6 @@ class ExactRule:
 
 class GreedyRule:
     """Temperature 0: accept iff x is the target's argmax; recover the argmax."""
-
-    lossy = False
 
     def accept_prob(self, p, q, x: int) -> float:
         return 1.0 if x == argmax_lowest(p) else 0.0

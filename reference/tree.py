@@ -60,19 +60,6 @@ class DraftTree:
         """Node ids whose parent is `node` (-1 = root), in sibling order."""
         return np.flatnonzero(self.parents == node)
 
-    def path(self, node: int) -> list[int]:
-        """Tokens from the root down to `node` (inclusive)."""
-        out = []
-        while node >= 0:
-            out.append(int(self.tokens[node]))
-            node = int(self.parents[node])
-        return out[::-1]
-
-    @classmethod
-    def chain(cls, tokens) -> "DraftTree":
-        tokens = np.asarray(tokens, np.int64).reshape(-1)
-        return cls(tokens, np.arange(tokens.size) - 1)
-
 
 def tree_rule(tree: DraftTree, target: np.ndarray, draft, coins, final: float):
     """Recursive rejection over the tree; returns (emitted token ids, accepted node ids)."""
