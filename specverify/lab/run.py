@@ -158,17 +158,24 @@ def load_subject(config: LabConfig):
 
 # ============================================================================ measuring
 
-def _measure_c(model, config, prompt_ids, L, bar) -> dict:
+def _single_step_times(model, config, L, rounds, bar) -> dict:
+    """{"target": [s per round], "draft": [...]}: one decode position at batch 1 on the target and on
+    its first L layers, interleaved."""
     target = M.StepTimer(model, config.clock)
     draft = M.StepTimer(model.draft_view(L), config.clock)
     ctx = config.ctx_len
     times = M.interleaved({"target": lambda: target(1, 1, ctx), "draft": lambda: draft(1, 1, ctx)},
-                          rounds=max(5, 3 * config.rounds), bar=bar)
+                          rounds=rounds, bar=bar)
+    target.release()
+    draft.release()
+    return times
+
+
+def _measure_c(model, config, prompt_ids, L, bar) -> dict:
+    times = _single_step_times(model, config, L, max(5, 3 * config.rounds), bar)
     ratios = [d / t for d, t in zip(times["draft"], times["target"])]
     seq = list(prompt_ids[0]) * 2
     t_lookup = M.ngram_lookup_seconds(seq, max(config.kappas))
-    target.release()
-    draft.release()
     t_t, t_d = M.best(times["target"]), M.best(times["draft"])
     # c: fastest draft step over fastest target step (the least-disturbed round of each); one n-gram
     # lookup proposes all kappa tokens, so c_ngram is its cost per drafted token
@@ -188,12 +195,7 @@ def _measure_knee(model, config, bar) -> dict:
 
 def _measure_depth(model, config, prompts, eos, L, bar) -> dict:
     """A draft of the target's first L layers: c(L) and its acceptance at the sweep kappa."""
-    target = M.StepTimer(model, config.clock)
-    draft = M.StepTimer(model.draft_view(L), config.clock)
-    times = M.interleaved({"target": lambda: target(1, 1, config.ctx_len), "draft": lambda: draft(1, 1, config.ctx_len)},
-                          rounds=max(3, config.rounds), bar=bar)
-    target.release()
-    draft.release()
+    times = _single_step_times(model, config, L, max(3, config.rounds), bar)
     runs = []
     for ids in prompts[:config.depth_prompts]:
         r = M.run_generate(model, [ids], spec="draft", kappa=config.sweep_kappa, max_tokens=config.max_tokens,
