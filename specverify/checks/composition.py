@@ -117,7 +117,7 @@ def run(engine, ctx) -> list[CheckResult]:
                 diffs += d
                 n += m
         rows.append(_row(f"{rule}.composition", diffs, n, t.seconds))
-    if "tree" in caps and (hasattr(engine, "verify_trees") or hasattr(engine, "verify_tree")):
+    if harness.verifies_trees(engine):
         with Timer() as t:
             batch = _tree_probe_batch(rng)
             coins = TreeCoins.random(batch, rng)

@@ -178,7 +178,7 @@ def run(engine, ctx) -> list[CheckResult]:
                 structure_n += batch.batch_size
         rows.append(_row("chain.structure", structure_bad, structure_n, t.seconds,
                          what="every row is accepted drafts followed by one token"))
-    if "tree" in caps and (hasattr(engine, "verify_trees") or hasattr(engine, "verify_tree")):
+    if harness.verifies_trees(engine):
         for label, c in coins_all.items():
             with Timer() as t:
                 bad, n = [], 0

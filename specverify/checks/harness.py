@@ -186,6 +186,12 @@ def tree_batch(problem: Problem, branching, m: int, rng: np.random.Generator) ->
     return batch
 
 
+def verifies_trees(engine) -> bool:
+    """Capability "tree" and one of the two tree forms (verify_trees, or verify_tree per request)."""
+    return "tree" in set(getattr(engine, "capabilities", ())) and (hasattr(engine, "verify_trees")
+                                                                   or hasattr(engine, "verify_tree"))
+
+
 def verified_trees(engine, batch: TreeBatch, coins: TreeCoins, ctx, what: str) -> np.ndarray:
     """engine.verify_trees(batch, coins), or engine.verify_tree request by request (one timeout for
     the whole batch) when only the one-request form exists."""

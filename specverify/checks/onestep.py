@@ -64,7 +64,7 @@ def law_of(problem: problems.Problem, rule: str, ctx) -> laws.SequenceLaw:
 
 def supported(engine) -> list[str]:
     caps = set(getattr(engine, "capabilities", ()))
-    return [r for r in PLAN if r in caps and (r != "tree" or hasattr(engine, "verify_trees") or hasattr(engine, "verify_tree"))]
+    return [r for r in PLAN if r in caps and (r != "tree" or harness.verifies_trees(engine))]
 
 
 def collect(engine, ctx) -> list[Sampled]:
