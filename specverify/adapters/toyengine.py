@@ -34,6 +34,8 @@ from specverify.reference.batch import Coins, VerifyBatch
 from specverify.reference.toy import prefix_indices
 from specverify.reference.transforms import Transform
 
+from .vector import inverse_cdf
+
 TABLE_MAX_ROWS = 1 << 20        # prefixes tabled per (model, transform)
 
 
@@ -62,16 +64,6 @@ class _Rows:
         return out
 
 
-def _sample(rows: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Inverse-CDF draw of one token per row (a token of probability 0 is never drawn)."""
-    cdf = np.cumsum(rows, axis=1)
-    tok = (cdf <= (u * cdf[:, -1])[:, None]).sum(axis=1)
-    past = tok == rows.shape[1]
-    if past.any():
-        tok[past] = rows.shape[1] - 1 - np.argmax((rows[past] > 0)[:, ::-1], axis=1)
-    return tok
-
-
 class SpecEngine:
     """The engine-level protocol implemented over toy models (see the module docstring)."""
 
@@ -91,7 +83,7 @@ class SpecEngine:
 
     def propose(self, q: np.ndarray, u: np.ndarray) -> np.ndarray:
         """Draft tokens from the draft rows q [n, V] with uniforms u [n]."""
-        return _sample(q, u)
+        return inverse_cdf(q, u)
 
     def verify_transform(self, draft_transform: Transform) -> Transform:
         """The transform of the draft rows handed to the verifier: the one the drafts were drawn with."""

@@ -83,6 +83,17 @@ def _ranks(counts: np.ndarray) -> np.ndarray:
     return np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
 
 
+def inverse_cdf(w: np.ndarray, coin: np.ndarray) -> np.ndarray:
+    """One token per row of the weights w [n, V]: #{k : cumsum(w)[k] <= coin * sum(w)}, clamped to
+    the last positive weight (a token of weight 0 is never drawn)."""
+    cdf = np.cumsum(w, axis=1)
+    token = (cdf <= (coin * cdf[:, -1])[:, None]).sum(axis=1)
+    past = token == w.shape[1]
+    if past.any():
+        token[past] = w.shape[1] - 1 - np.argmax((w[past] > 0)[:, ::-1], axis=1)
+    return token
+
+
 def onehot(x: np.ndarray, vocab: int) -> np.ndarray:
     q = np.zeros((x.size, vocab))
     q[np.arange(x.size), np.maximum(x, 0)] = 1.0
@@ -110,12 +121,7 @@ class VectorSampler:
         return np.where((w > 0).any(axis=1, keepdims=True), w, p)
 
     def draw(self, w, coin):
-        cdf = np.cumsum(w, axis=1)
-        token = (cdf <= (coin * cdf[:, -1])[:, None]).sum(axis=1)
-        past = token == w.shape[1]
-        if past.any():
-            token[past] = w.shape[1] - 1 - np.argmax((w[past] > 0)[:, ::-1], axis=1)
-        return token
+        return inverse_cdf(w, coin)
 
     def argmax(self, rows):
         return np.argmax(rows, axis=1)
