@@ -25,7 +25,7 @@ PINS = {"transformers": "5.24.0", "vllm": "0.33.0", "sglang": "0.5.23"}
 
 ENGINE_DIR = "/tmp/sv-engines"
 DEPS_DIR = "/tmp/sv-deps"
-_NO_DEPS = (f"bash specverify/findings/install_engines.sh (pip install --no-deps vllm==0.33.0 sglang==0.5.23 "
+_NO_DEPS = (f"bash specverify/findings/install_engines.sh (pip install --no-deps vllm=={PINS['vllm']} sglang=={PINS['sglang']} "
             f"into {ENGINE_DIR}, their pure-Python imports into {DEPS_DIR}), then run with "
             f"PYTHONPATH={ENGINE_DIR}:{DEPS_DIR}")
 HINTS = {
