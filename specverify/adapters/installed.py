@@ -18,6 +18,8 @@ import importlib.metadata
 import importlib.util
 import os
 
+import numpy as np
+
 from specverify.errors import InputError
 
 # pinned versions: the committed reports were made with exactly these
@@ -69,6 +71,14 @@ def load(engine: str, module: str):
     except ImportError as exc:
         raise InputError(f"{engine} is installed but {module} does not import ({type(exc).__name__}: "
                          f"{str(exc).splitlines()[0]}); {HINTS[engine]}") from None
+
+
+def coins32(x) -> np.ndarray:
+    """float64 coins -> float32, rounded toward zero, for engines whose coins are float32 (round to
+    nearest would turn coins >= 1 - 2**-25 into 1.0, outside [0, 1))."""
+    x = np.asarray(x, np.float64)
+    c = x.astype(np.float32)
+    return np.where(c.astype(np.float64) > x, np.nextafter(c, np.float32(0)), c).astype(np.float32)
 
 
 def engine_version(engine: str) -> str:

@@ -37,6 +37,7 @@ from specverify.errors import AdapterError
 from specverify.reference.sampling import argmax_lowest
 
 from . import installed
+from .installed import coins32
 
 CHAIN = "sglang.kernels.ops.speculative.reject_sampling"
 TREE = "sglang.kernels.ops.speculative.spec_tree"
@@ -48,13 +49,6 @@ def unpadded_counts(batch) -> np.ndarray:
     for b in np.flatnonzero([(batch.request(b)[0] < 0).any() for b in range(batch.batch_size)]):
         kept[b] = int(np.flatnonzero(batch.request(b)[0] < 0)[0])
     return kept
-
-
-def coins32(x) -> np.ndarray:
-    """float64 coins -> float32, rounded toward zero."""
-    x = np.asarray(x, np.float64)
-    c = x.astype(np.float32)
-    return np.where(c.astype(np.float64) > x, np.nextafter(c, np.float32(0)), c).astype(np.float32)
 
 
 class SglangChain:

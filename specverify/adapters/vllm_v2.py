@@ -91,8 +91,7 @@ class VllmV2Sampler:
             draft_sampled[start[r] + 1:start[r] + 1 + kb] = drafts_np[d0:d0 + kb]
             c = np.asarray(coins.accept[d0:d0 + kb], np.float64)
             seeds[r] = seed_of(np.concatenate([[coins.final[r]], c]))
-            c32 = c.astype(np.float32)
-            c32 = np.maximum(np.where(c32.astype(np.float64) > c, np.nextafter(c32, np.float32(0)), c32), TINY)
+            c32 = np.maximum(installed.coins32(c), TINY)
             for j in range(kb):             # the kernel asks for (seed, pos) or (seed ^ j << 32, pos)
                 self._u[(int(seeds[r]), j)] = c32[j]
                 self._u[(int(seeds[r]) ^ (j << 32), j)] = c32[j]
