@@ -273,9 +273,8 @@ def write_report(inputs: list, out_dir: str, *, title: str | None = None, embed:
                  progress=None) -> ReportInfo:
     """Render `inputs` (result dicts) into the folder `out_dir`, atomically (all or nothing)."""
     check_replaceable(os.path.abspath(out_dir))          # fail before the plots, not after
-    doc = build_document(inputs, title, progress)
-    with atomic_dir(out_dir) as tmp:
-        files = write_document(doc, tmp, embed=embed)
+    with atomic_dir(out_dir) as tmp:                     # the staging folder lives exactly as long as the render
+        files = write_document(build_document(inputs, title, progress), tmp, embed=embed)
         s = summary(inputs)
         with open(os.path.join(tmp, "summary.json"), "w", encoding="utf-8") as f:
             json.dump(s, f, indent=1)
