@@ -63,17 +63,13 @@ class Streams:
         """counts[b] uniforms from seed b's stream (in order), advancing it; flat, request by request."""
         seeds = np.asarray(seeds, np.int64).reshape(-1)
         counts = np.asarray(counts, np.int64).reshape(-1)
-        start = np.array([self.position.get(int(s), 0) for s in seeds], np.int64)
-        for s, c in zip(seeds.tolist(), counts.tolist()):
-            self.position[s] = self.position.get(s, 0) + c
-        # a seed may appear twice in one batch: its requests then read consecutive slices
-        offsets = np.zeros_like(start)
-        seen: dict[int, int] = {}
+        # request by request, so a seed that appears twice in one batch reads consecutive slices
+        start = np.empty(seeds.size, np.int64)
         for b, (s, c) in enumerate(zip(seeds.tolist(), counts.tolist())):
-            offsets[b] = seen.get(s, 0)
-            seen[s] = offsets[b] + c
+            start[b] = self.position.get(s, 0)
+            self.position[s] = int(start[b]) + c
         flat_seed = np.repeat(seeds, counts)
-        flat_pos = np.repeat(start + offsets, counts) + _ranks(counts)
+        flat_pos = np.repeat(start, counts) + _ranks(counts)
         return stream_uniforms(flat_seed, flat_pos)
 
 
