@@ -123,6 +123,13 @@ def _row(name, bad, n, seconds, warn=False, what=""):
                        data={"violations": bad[:20], "count": len(bad)})
 
 
+def _zero_prob_row(rule, label, bad, n, seconds):
+    """`<rule>.zero_prob[coin=<label>]`; a violation under the out-of-contract coin only warns."""
+    out_of_contract = label in OUT_OF_CONTRACT
+    return _row(f"{rule}.zero_prob[coin={label}{', out of contract' if out_of_contract else ''}]",
+                bad, n, seconds, warn=out_of_contract, what="no token of probability 0 emitted")
+
+
 def _tree_batch(stochastic: bool) -> TreeBatch:
     parents = shape_of((2, 2))
     depth = np.array([0, 1, 1, 2, 2, 2, 2])                     # row depth (row 0: the root)
@@ -165,9 +172,7 @@ def run(engine, ctx) -> list[CheckResult]:
                     if rule == "chain" and label in IN_CONTRACT:
                         structure_bad += structure_violations(batch, out)
                         structure_n += batch.batch_size
-            out_of_contract = label in OUT_OF_CONTRACT
-            rows.append(_row(f"{rule}.zero_prob[coin={label}{', out of contract' if out_of_contract else ''}]",
-                             bad, n, t.seconds, warn=out_of_contract, what="no token of probability 0 emitted"))
+            rows.append(_zero_prob_row(rule, label, bad, n, t.seconds))
     if "chain" in caps:
         with Timer() as t:
             rng = ctx.rng("structure")
@@ -188,7 +193,5 @@ def run(engine, ctx) -> list[CheckResult]:
                     out = harness.verified_trees(engine, batch, coins, ctx, f"tree endpoint coin {label}")
                     bad += _tree_zero_violations(batch, out)
                     n += batch.batch_size
-            out_of_contract = label in OUT_OF_CONTRACT
-            rows.append(_row(f"tree.zero_prob[coin={label}{', out of contract' if out_of_contract else ''}]",
-                             bad, n, t.seconds, warn=out_of_contract, what="no token of probability 0 emitted"))
+            rows.append(_zero_prob_row("tree", label, bad, n, t.seconds))
     return rows
