@@ -11,11 +11,14 @@ their own.
 from __future__ import annotations
 
 import importlib
+import inspect
+import os
 import time
 from dataclasses import dataclass, field
 
 from specverify import __version__, stats
-from specverify.errors import AdapterError
+from specverify import settings as settings_mod
+from specverify.errors import AdapterError, InputError
 
 from .checks import onestep
 from .checks.base import ERROR, FAIL, PASS, SKIP, WARN, CheckResult, Context
@@ -73,16 +76,24 @@ def apply_holm(rows: list[CheckResult], ctx: Context) -> None:
             r.min_detectable_tv = float(stats.min_detectable_tv(r.n, r.dof, level, ctx.power))
 
 
-def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=None) -> AuditResult:
+def verdict_of(rows: list[CheckResult]) -> str:
+    """The audit's verdict from its decided rows: FAIL if any row failed or errored (warn and skip
+    never fail)."""
+    return FAIL if any(r.verdict in (FAIL, ERROR) for r in rows) else PASS
+
+
+def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=None, extra=None) -> AuditResult:
     """Run the battery (or the named checks) against `engine`; never raises for a failing engine
     (an adapter that crashes, hangs or returns garbage raises AdapterError). `factory()` builds fresh
-    adapters of the same engine for the seeded checks (else ctx.factory; None skips them)."""
+    adapters of the same engine for the seeded checks (else ctx.factory; None skips them).
+    `extra(engine, ctx) -> rows`: more rows (an engine's own probes) decided with the battery's, in
+    one Holm family."""
     start = time.perf_counter()
     if factory is not None:
         ctx.factory = factory
     rows: list[CheckResult] = []
     seconds, paid = {}, {}
-    for name in checks or BATTERY:
+    for name in BATTERY if checks is None else checks:
         module = importlib.import_module(f"specverify.checks.{name}")
         ctx.say(f"check {name}")
         sampled = onestep.sampling_seconds(ctx)
@@ -93,17 +104,78 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
         for r in found:
             r.check = name
         rows.extend(found)
+    if extra is not None:
+        rows.extend(extra(engine, ctx))
     # a check that reads the shared one-step samples needs their sampling time on its own
     shared = onestep.sampling_seconds(ctx)
     check_seconds = {k: v - paid[k] + (shared if k in onestep.USERS else 0.0) for k, v in seconds.items()}
     apply_holm(rows, ctx)
-    verdict = FAIL if any(r.verdict in (FAIL, ERROR) for r in rows) else PASS      # warn and skip never fail
     if not any(r.verdict in (PASS, FAIL) for r in rows):
         raise AdapterError(f"engine {engine.name!r} supports none of the checks run (capabilities: "
                            f"{sorted(getattr(engine, 'capabilities', ()))})")
-    return AuditResult(engine=engine.name, verdict=verdict, seed=ctx.seed, alpha=ctx.alpha, samples=ctx.samples,
-                       checks=rows, engine_version=getattr(engine, "version", None),
+    return AuditResult(engine=engine.name, verdict=verdict_of(rows), seed=ctx.seed, alpha=ctx.alpha,
+                       samples=ctx.samples, checks=rows, engine_version=getattr(engine, "version", None),
                        seconds=time.perf_counter() - start, check_seconds=check_seconds)
 
 
-__all__ = ["AuditResult", "run_audit", "apply_holm", "Context", "PASS", "FAIL", "SKIP", "ERROR", "WARN", "BATTERY"]
+@dataclass
+class Audit:
+    """An audit ready to run: the adapter, how to build fresh ones, and the resolved settings."""
+
+    engine: object                  # the adapter under audit
+    factory: object                 # zero-argument callable -> a fresh adapter, or None (an instance was given)
+    spec: str | None                # the name or plug-in spec that rebuilds it (for "reproduce:" lines)
+    settings: settings_mod.Settings
+    ctx: Context
+
+    def run(self, extra=None) -> AuditResult:
+        checks = None if self.settings.checks is None else list(self.settings.checks)
+        return run_audit(self.engine, self.ctx, checks, factory=self.factory, extra=extra)
+
+
+def prepare(engine, given: dict | None = None, *, progress=None, label=None) -> Audit:
+    """The one way into an audit. `engine`: a registered name or plug-in spec, a zero-argument
+    factory (a class included), or an adapter instance (then there are no fresh adapters: the seeded
+    checks are skipped). `given`: the settings the user set (`specverify.settings`; None = unset);
+    the adapter's `audit_defaults` fill what is unset, then the defaults. Bad settings are InputError
+    before the adapter is built (`label(name)`: how the user spelled the setting, e.g. "--samples");
+    an adapter that cannot be built is AdapterError."""
+    from specverify.adapters.registry import factory as named_factory
+    from specverify.checks.harness import call_with_timeout
+
+    given = dict(given or {})
+    settings_mod.resolve(given, None, BATTERY, label)         # the user's own values, checked before any work
+    if isinstance(engine, str):
+        make, spec = named_factory(engine), engine
+    elif hasattr(engine, "capabilities") and not inspect.isclass(engine):
+        make, spec = None, None
+    elif callable(engine):
+        make, spec = engine, spec_of(engine)
+    else:
+        raise InputError(f"cannot audit {engine!r}: give an engine name, a factory or an adapter")
+    if make is not None:
+        timeout = given.get("timeout") or settings_mod.DEFAULTS.timeout
+        what = f"{spec or getattr(make, '__name__', 'factory')}: building the adapter"
+        engine = call_with_timeout(make, timeout=timeout, what=what)
+    s = settings_mod.resolve(given, getattr(engine, "audit_defaults", None), BATTERY, label)
+    ctx = Context(seed=s.seed, samples=s.samples, alpha=s.alpha, timeout=s.timeout, progress=progress, full=s.full)
+    return Audit(engine=engine, factory=make, spec=spec, settings=s, ctx=ctx)
+
+
+def spec_of(obj) -> str | None:
+    """A `path/to/file.py:name` or `pkg.module:name` spec that reloads `obj`, if there is one."""
+    name = getattr(obj, "__qualname__", None)
+    if not name or "<" in name or "." in name:
+        return None
+    module = getattr(obj, "__module__", None)
+    try:
+        path = inspect.getsourcefile(obj)
+    except TypeError:
+        path = None
+    if path:
+        rel = os.path.relpath(path)
+        return f"{rel if not rel.startswith('..') else path}:{name}"
+    return f"{module}:{name}" if module and module != "__main__" else None
+
+
+__all__ = ["Audit", "AuditResult", "prepare", "run_audit", "apply_holm", "verdict_of", "Context", "PASS", "FAIL", "SKIP", "ERROR", "WARN", "BATTERY"]

@@ -22,18 +22,15 @@ seeded checks, which need fresh instances, are skipped).
 
 Settings (the first given wins): keyword arguments, the `specverify` marker, the command line
 (`--specverify-samples`, `--specverify-seed`, `--specverify-alpha`, `--specverify-timeout`), the
-defaults of `specverify audit` (200000 samples, seed 0, alpha 1e-3, all checks).
+adapter's own `audit_defaults`, the defaults of `specverify audit` (`specverify.settings`: 200000
+samples, seed 0, alpha 1e-3, all checks).
 """
 
 from __future__ import annotations
 
-import inspect
-import os
-
 import pytest
 
-SETTINGS = ("samples", "seed", "alpha", "timeout", "checks")
-DEFAULTS = {"samples": 200_000, "seed": 0, "alpha": 1e-3, "timeout": 120.0, "checks": None}
+SETTINGS = ("samples", "seed", "alpha", "timeout", "checks")   # what a test may set (`specverify.settings`)
 
 
 def pytest_addoption(parser):
@@ -51,60 +48,24 @@ def pytest_configure(config):
         "specverify exactness gate (the `specverify` fixture) in this test")
 
 
-def _spec_of(obj) -> str | None:
-    """A `path/to/file.py:name` or `pkg.module:name` spec that reloads `obj`, if there is one."""
-    name = getattr(obj, "__qualname__", None)
-    if not name or "<" in name or "." in name:
-        return None
-    module = getattr(obj, "__module__", None)
-    try:
-        path = inspect.getsourcefile(obj)
-    except TypeError:
-        path = None
-    if path:
-        rel = os.path.relpath(path)
-        return f"{rel if not rel.startswith('..') else path}:{name}"
-    return f"{module}:{name}" if module and module != "__main__" else None
-
-
 class ExactnessGate:
     """The `specverify` fixture: audit an engine with this test's settings, or assert it is exact."""
 
     def __init__(self, settings: dict):
         self.settings = settings
 
-    def _resolve(self, engine):
-        from specverify.adapters.registry import factory as named_factory
-
-        if isinstance(engine, str):
-            factory = named_factory(engine)                 # resolved once (a plug-in file is executed once)
-            return factory(), factory, engine
-        if hasattr(engine, "capabilities") and not inspect.isclass(engine):
-            return engine, None, None                       # an instance: no fresh copies
-        if callable(engine):
-            return engine(), engine, _spec_of(engine)
-        raise TypeError(f"specverify: cannot audit {engine!r}: give a name, a factory or an adapter")
-
     def audit(self, engine, **overrides):
         """Run the battery; returns `specverify.audit.AuditResult` (AdapterError if the adapter breaks)."""
-        from specverify.audit import BATTERY, Context, run_audit
-        from specverify.errors import InputError
+        from specverify.audit import prepare
 
-        s = {**self.settings, **{k: v for k, v in overrides.items() if v is not None}}
-        unknown = set(s) - set(SETTINGS)
+        unknown = set(overrides) - set(SETTINGS)
         if unknown:
             raise TypeError(f"specverify: unknown setting(s) {sorted(unknown)}; known: {SETTINGS}")
-        checks = s.get("checks")
-        if checks:
-            checks = [checks] if isinstance(checks, str) else list(checks)
-            bad = [c for c in checks if c not in BATTERY]
-            if bad:
-                raise InputError(f"unknown check(s) {bad}; available: {BATTERY}")
-        adapter, factory, spec = self._resolve(engine)
-        ctx = Context(seed=s["seed"], samples=s["samples"], alpha=s["alpha"], timeout=s["timeout"])
-        result = run_audit(adapter, ctx, checks, factory=factory)
-        result.spec = spec
-        result.settings = {**s, "checks": checks}
+        given = {**self.settings, **{k: v for k, v in overrides.items() if v is not None}}
+        audit = prepare(engine, given)
+        result = audit.run()
+        result.spec = audit.spec
+        result.settings = audit.settings.to_dict()
         return result
 
     def assert_exact(self, engine, **overrides):
@@ -149,7 +110,7 @@ def report(result) -> str:
 @pytest.fixture
 def specverify(request):
     """An ExactnessGate with this test's settings (marker, command line, defaults)."""
-    settings = dict(DEFAULTS)
+    settings = {}
     for key in ("samples", "seed", "alpha", "timeout"):
         value = request.config.getoption(f"--specverify-{key}", default=None)
         if value is not None:

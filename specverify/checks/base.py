@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from specverify.settings import DEFAULTS
+
 PASS, FAIL, SKIP, ERROR = "pass", "fail", "skip", "error"
 WARN = "warn"   # an observation outside the protocol's contract (e.g. a coin of exactly 1.0): reported, never fails
 
@@ -73,14 +75,14 @@ class CheckResult:
 class Context:
     """Settings shared by the checks of one audit."""
 
-    seed: int = 0
-    samples: int = 200_000          # samples per statistical problem
-    alpha: float = 1e-3             # family-wise false-alarm rate of the whole audit
+    seed: int = DEFAULTS.seed
+    samples: int = DEFAULTS.samples # samples per statistical problem
+    alpha: float = DEFAULTS.alpha   # family-wise false-alarm rate of the whole audit
     power: float = 0.99             # min_detectable_tv is stated at this power
     min_expected: float = 10.0      # chi-squared cells are pooled up to this expected count: at the
                                     # audit's per-test levels (~1e-5) pooling at 5 lets the asymptotic
                                     # tail inflate false alarms ~1.4-2x, at 10 ~1.2-1.3x (stats docs)
-    timeout: float = 120.0          # seconds one adapter call may take
+    timeout: float = DEFAULTS.timeout   # seconds one adapter call may take
     progress: object = None         # callable(str) or None
     factory: object = None          # callable() -> a fresh adapter of the engine under audit (the
                                     # seeded checks replay calls on fresh instances); None: skipped

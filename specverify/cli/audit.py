@@ -28,10 +28,10 @@ def register(sub) -> None:
     p = sub.add_parser("audit", help="audit an engine against the exact rules", description=HELP,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("engine", help="engine to audit (see above)")
-    p.add_argument("--seed", type=int, default=0, help="seed of every problem and coin (default 0)")
+    p.add_argument("--seed", type=int, default=None, help="seed of every problem and coin (default 0)")
     p.add_argument("--samples", type=int, default=None,
                    help="samples per statistical problem (default 200000, or the engine's own CPU-sized default)")
-    p.add_argument("--alpha", type=float, default=1e-3, help="family-wise false-alarm rate (default 1e-3)")
+    p.add_argument("--alpha", type=float, default=None, help="family-wise false-alarm rate (default 1e-3)")
     p.add_argument("--checks", default=None, help="comma-separated subset of checks to run (default: all that apply)")
     p.add_argument("--timeout", type=float, default=None, help="seconds one adapter call may take (default 120)")
     p.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH ('-' for stdout)")
@@ -65,34 +65,15 @@ def table(result) -> str:
 
 
 def run(args) -> int:
-    from specverify.adapters.registry import factory
-    from specverify.audit import Context, run_audit
-    from specverify.errors import InputError
+    from specverify.audit import prepare
     from specverify.io import json_text, write_json
     from specverify.progress import Progress
 
-    if args.samples is not None and args.samples < 100:
-        raise InputError(f"--samples {args.samples}: need at least 100 samples per problem")
-    if not 0 < args.alpha < 1:
-        raise InputError(f"--alpha {args.alpha}: must be in (0, 1)")
-    from specverify.checks.harness import call_with_timeout
-    make = factory(args.engine)
-    engine = call_with_timeout(make, timeout=args.timeout or 120.0, what=f"{args.engine}: building the adapter")
-    # an adapter may state defaults sized to its speed (e.g. an interpreter on a CPU); flags win
-    own = getattr(engine, "audit_defaults", {}) or {}
-    samples = args.samples or own.get("samples", 200_000)
-    timeout = args.timeout or own.get("timeout", 120.0)
+    given = {"seed": args.seed, "samples": args.samples, "alpha": args.alpha, "timeout": args.timeout,
+             "checks": args.checks, "full": args.full or None}
     progress = Progress(quiet=args.quiet)
-    ctx = Context(seed=args.seed, samples=samples, alpha=args.alpha, timeout=timeout, progress=progress,
-                  full=args.full)
-    checks = args.checks.split(",") if args.checks else own.get("checks")
-    if checks:
-        from specverify.audit import BATTERY
-        unknown = [c for c in checks if c not in BATTERY]
-        if unknown:
-            raise InputError(f"unknown check(s) {', '.join(unknown)}; available: {', '.join(BATTERY)}")
     try:
-        result = run_audit(engine, ctx, checks, factory=make)
+        result = prepare(args.engine, given, progress=progress, label=lambda name: f"--{name}").run()
     finally:
         progress.done()
     if args.json:

@@ -17,10 +17,6 @@ from __future__ import annotations
 # multi-step ones (runs, transforms, identity: thousands of whole toy runs) are left to the GPU
 ONE_STEP = ["marginal", "joint", "acceptance", "endpoints", "composition", "greedy"]
 
-# block-only adapters: the battery's composition check filters every request out for an engine
-# without "chain" (an empty batch, InputError) -- reported to the battery; left out until fixed
-BLOCK_STEP = [c for c in ONE_STEP if c != "composition"]
-
 # engine -> (probes to run, battery samples per one-step problem, battery checks or None = all)
 PLANS = {
     "transformers": (["residual_zero", "residual_zero_logits", "assisted_law", "identity_draft"], 20_000, None),
@@ -28,9 +24,9 @@ PLANS = {
     "transformers-lookup": ([], 20_000, None),
     "vllm": (["residual_zero", "padded_recovered"], 5_000, ONE_STEP),
     "vllm-v2": (["residual_zero", "padded_recovered"], 600, ONE_STEP),
-    "vllm-block": (["residual_zero_block"], 600, BLOCK_STEP),
+    "vllm-block": (["residual_zero_block"], 600, ONE_STEP),
     "sglang": (["residual_zero", "padded_recovered"], 5_000, ONE_STEP),
-    "sglang-block": (["residual_zero_block"], 2_000, BLOCK_STEP),
+    "sglang-block": (["residual_zero_block"], 2_000, ONE_STEP),
     "sglang-tree-greedy": (["tree_greedy"], 2_000, ONE_STEP),
 }
 
@@ -56,13 +52,4 @@ REPRODUCERS = {
 NOT_AUDITABLE = {
     "sglang": "tree_speculative_sampling_target_only (SGLang's default sampling path) is a CUDA kernel in "
               "the compiled sgl_kernel wheel: not auditable on CPU.",
-}
-
-# failing rows that are not findings about the engine, with the reason (shown beside the row)
-NOT_FINDINGS = {
-    "vllm-v2": {
-        "greedy.argmax[ties]": "not an engine finding: the battery's near-tie rows differ by one float64 ulp; "
-                               "vLLM's v2 kernels take the argmax of float32 logits, where the two values are "
-                               "equal and the lowest index wins (vLLM never sees float64 logits)",
-    },
 }

@@ -8,14 +8,13 @@ import re
 import shutil
 import subprocess
 import sys
-import time
+from dataclasses import replace
 from pathlib import Path
 
-from specverify.audit import BATTERY, Context, apply_holm, run_audit
 from specverify.io import json_safe
 from specverify.checks.base import ERROR, FAIL, WARN, CheckResult
 
-from . import NOT_AUDITABLE, NOT_FINDINGS, PLANS, REPRODUCERS, probes
+from . import NOT_AUDITABLE, PLANS, REPRODUCERS, probes
 
 REPRO_DIR = Path(__file__).parent / "repro"
 REPRO_TIMEOUT = 600
@@ -39,28 +38,19 @@ def run_probes(engine, names, ctx) -> list[CheckResult]:
     return rows
 
 
-def audit(name: str, *, samples: int | None = None, seed: int = 0, alpha: float = 1e-3, checks=None,
+def audit(name: str, *, samples: int | None = None, seed: int = 0, alpha: float | None = None, checks=None,
           probe_names=None, timeout: float = 3600.0, assisted_runs: int = 1500, identity_runs: int = 150):
-    """(AuditResult with probe rows appended, adapter)."""
-    from specverify.adapters.registry import resolve
+    """(AuditResult of the battery and the engine's probes, decided in one Holm family; adapter)."""
+    from specverify.audit import prepare
     plan_probes, plan_samples, plan_checks = PLANS[name]
-    if checks is None:
-        checks = plan_checks
-    engine = resolve(name)
-    ctx = Context(seed=seed, samples=samples or plan_samples, alpha=alpha, timeout=timeout)
-    ctx.assisted_runs, ctx.identity_runs = assisted_runs, identity_runs
-    t0 = time.perf_counter()
-    result = run_audit(engine, ctx, checks if checks is not None else list(BATTERY)) if checks != [] else None
-    rows = run_probes(engine, plan_probes if probe_names is None else probe_names, ctx)
-    if result is None:
-        from specverify.audit import AuditResult
-        result = AuditResult(engine=engine.name, verdict="pass", seed=seed, alpha=alpha, samples=ctx.samples,
-                             engine_version=getattr(engine, "version", None))
-    result.checks.extend(rows)
-    apply_holm(result.checks, ctx)
-    result.verdict = FAIL if any(r.verdict in (FAIL, ERROR) for r in result.checks) else "pass"
-    result.seconds = time.perf_counter() - t0
-    return result, engine
+    checks = plan_checks if checks is None else checks
+    ready = prepare(name, {"seed": seed, "samples": samples or plan_samples, "alpha": alpha, "timeout": timeout,
+                           "checks": checks or None})
+    if checks == []:                                    # the probes alone
+        ready.settings = replace(ready.settings, checks=())
+    ready.ctx.assisted_runs, ready.ctx.identity_runs = assisted_runs, identity_runs
+    probe_names = plan_probes if probe_names is None else probe_names
+    return ready.run(extra=lambda engine, ctx: run_probes(engine, probe_names, ctx)), ready.engine
 
 
 def slug(text: str) -> str:
@@ -84,10 +74,8 @@ def markdown(result, repros: dict, name: str) -> str:
         lines += ["## Failing rows", ""]
         for c in failed:
             rep = repros.get(c.name)
-            note = NOT_FINDINGS.get(name, {}).get(c.name)
             lines.append(f"- **{c.name}**: {c.detail}" + (f" (p = {c.p_value:.3g})" if c.p_value is not None else "")
-                         + (f" -- reproducer `{rep}.py`, output `{rep}.out`" if rep else
-                            f" -- {note}" if note else " -- no standalone reproducer"))
+                         + (f" -- reproducer `{rep}.py`, output `{rep}.out`" if rep else " -- no standalone reproducer"))
         lines.append("")
     warned = [c for c in result.checks if c.verdict == WARN]
     if warned:
