@@ -40,6 +40,7 @@ class AuditResult:
     seconds: float = 0.0
     errors: list = field(default_factory=list)
     check_seconds: dict = field(default_factory=dict)   # check module -> seconds it needs on its own
+    deviation: dict | None = None   # what kind of deviation a failing audit saw (`deviation_of`)
 
     def failed(self) -> list[CheckResult]:
         return [c for c in self.checks if c.verdict == FAIL]
@@ -47,8 +48,9 @@ class AuditResult:
     def to_dict(self) -> dict:
         return {
             "engine": self.engine,
-            "engine_version": self.engine_version,
+            "engine_version": None if self.engine_version is None else str(self.engine_version),
             "verdict": self.verdict,
+            "deviation": self.deviation,
             "seed": self.seed,
             "alpha": self.alpha,
             "samples": self.samples,
@@ -74,6 +76,46 @@ def apply_holm(rows: list[CheckResult], ctx: Context) -> None:
             r.min_detectable_tv = float(r.power_fn(level))
         elif r.dof and r.dof > 0 and r.n > 0:
             r.min_detectable_tv = float(stats.min_detectable_tv(r.n, r.dof, level, ctx.power))
+
+
+# What kind of deviation a failing audit saw (AuditResult.deviation["kind"]):
+BIASED = "biased"                   # the law of emitted tokens (a position, or whole runs) is not the target's
+OTHER_RULE = "exact-other-rule"     # whole runs have the exact law; only the one-step joint law / acceptance
+                                    # differ from the chain rule's: lower acceptance, a speed bug
+CONTRACT = "contract"               # the adapter broke the protocol (changed its inputs, ...)
+KIND_TEXT = {
+    BIASED: "biased output law",
+    OTHER_RULE: "exact output law by another rule (acceptance below the chain rule's: a speed bug, not a bias)",
+    CONTRACT: "contract violation",
+}
+# checks whose failure alone says "not the chain rule" rather than "biased", once whole runs are exact
+ONE_STEP_RULE_CHECKS = ("joint", "acceptance", "identity")
+WHOLE_RUN_CHECKS = ("runs", "transforms")
+
+
+def deviation_of(rows: list[CheckResult]) -> dict | None:
+    """{"kind", "text", "rows"} of a failing audit (None if nothing failed).
+
+    contract: a `contract` row failed. exact-other-rule: every failing row is a one-step joint law
+    (`joint`, the seeded `*.joint` law), an acceptance rate or the identity draft, and the whole-run
+    law rows (`runs`, `transforms`) ran and passed -- the output stream is exact, the rule accepts
+    less than the chain rule (sample-match verification is the classic case). Anything else: biased."""
+    failed = [r for r in rows if r.verdict in (FAIL, ERROR)]
+    if not failed:
+        return None
+    if any(r.check == "contract" for r in failed):
+        kind = CONTRACT
+    else:
+        runs = [r for r in rows if r.check in WHOLE_RUN_CHECKS and r.verdict in (PASS, FAIL)]
+        one_step = all(r.check in ONE_STEP_RULE_CHECKS or (r.check == "reproducibility" and ".joint[" in r.name)
+                       for r in failed)
+        kind = OTHER_RULE if one_step and runs and all(r.verdict == PASS for r in runs) else BIASED
+    if kind == OTHER_RULE:
+        for r in failed:
+            if "has exact probability 0" in r.detail:
+                r.detail = ("not the chain rule's one-step law: " + r.detail.replace(
+                    "has exact probability 0", "is impossible under the chain rule") + "; whole runs are exact")
+    return {"kind": kind, "text": KIND_TEXT[kind], "rows": len(failed)}
 
 
 def verdict_of(rows: list[CheckResult]) -> str:
@@ -113,9 +155,9 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
     if not any(r.verdict in (PASS, FAIL) for r in rows):
         raise AdapterError(f"engine {engine.name!r} supports none of the checks run (capabilities: "
                            f"{sorted(getattr(engine, 'capabilities', ()))})")
-    return AuditResult(engine=engine.name, verdict=verdict_of(rows), seed=ctx.seed, alpha=ctx.alpha,
+    return AuditResult(engine=str(engine.name), verdict=verdict_of(rows), seed=ctx.seed, alpha=ctx.alpha,
                        samples=ctx.samples, checks=rows, engine_version=getattr(engine, "version", None),
-                       seconds=time.perf_counter() - start, check_seconds=check_seconds)
+                       seconds=time.perf_counter() - start, check_seconds=check_seconds, deviation=deviation_of(rows))
 
 
 @dataclass

@@ -44,3 +44,30 @@ def json_text(obj) -> str:
 
 def write_json(path: str, obj) -> None:
     write_atomic(path, json_text(obj))
+
+
+def check_writable(path: str, *, folder: bool = False) -> None:
+    """InputError (one line) unless `path` can be written later: a file path that is not a folder
+    (folder=False), or a folder path that is not a file; either way its nearest existing ancestor
+    must take a new file (tried with a temporary one, removed at once). Checked before any work, so
+    that a long run never ends in a traceback at the write."""
+    from specverify.errors import InputError
+
+    path = os.path.abspath(path)
+    if not folder and os.path.isdir(path):
+        raise InputError(f"{path} is a folder; give a file path")
+    if folder and os.path.lexists(path) and not os.path.isdir(path):
+        raise InputError(f"{path} exists and is not a folder")
+    ancestor = path if folder and os.path.isdir(path) else os.path.dirname(path)
+    while not os.path.lexists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise InputError(f"{path}: {ancestor} is not a folder")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".specverify-probe-", dir=ancestor)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write in {ancestor} ({exc.strerror or exc})") from None
+    if not folder and os.path.exists(path) and not os.access(path, os.W_OK):
+        raise InputError(f"{path}: the file is not writable")

@@ -57,7 +57,8 @@ def table(result) -> str:
     n_stat = sum(1 for c in result.checks if c.p_value is not None and not c.exact)
     failed = result.failed()
     lines.append("")
-    lines.append(f"{result.engine}: {result.verdict.upper()} -- {len(result.checks)} checks ({n_stat} statistical, "
+    kind = f" ({result.deviation['text']})" if result.deviation else ""
+    lines.append(f"{result.engine}: {result.verdict.upper()}{kind} -- {len(result.checks)} checks ({n_stat} statistical, "
                  f"family-wise alpha {result.alpha:g} by Holm), seed {result.seed}, {result.seconds:.1f} s")
     for c in failed:
         lines.append(f"  FAIL {c.name}: {c.detail}" + (f" (p = {c.p_value:.3g})" if c.p_value is not None else ""))
@@ -66,9 +67,15 @@ def table(result) -> str:
 
 def run(args) -> int:
     from specverify.audit import prepare
-    from specverify.io import json_text, write_json
+    from specverify.io import check_writable, json_text, write_json
     from specverify.progress import Progress
+    from specverify.reports.atomic import check_replaceable
 
+    if args.json and args.json != "-":
+        check_writable(args.json)
+    if args.report:
+        check_replaceable(args.report)
+        check_writable(args.report, folder=True)
     given = {"seed": args.seed, "samples": args.samples, "alpha": args.alpha, "timeout": args.timeout,
              "checks": args.checks, "full": args.full or None}
     progress = Progress(quiet=args.quiet)
