@@ -48,12 +48,7 @@ class VerifyBatch:
     greedy: np.ndarray | None = None
 
     def __post_init__(self):
-        num = np.asarray(self.num_draft_tokens)
-        if num.ndim != 1 or num.size == 0:
-            raise InputError("num_draft_tokens: expected a non-empty 1-D array of per-request counts")
-        if (num < 0).any():
-            raise InputError(f"num_draft_tokens: negative count {int(num.min())}")
-        num = num.astype(np.int64)
+        num = validate.counts(self.num_draft_tokens, "num_draft_tokens")
         total = int(num.sum())
         target = validate.prob_rows(self.target_probs, "target_probs", n_rows=total + num.size)
         vocab = target.shape[1]
@@ -139,10 +134,23 @@ class VerifyBatch:
 
 @dataclass(frozen=True)
 class Coins:
-    """Injected randomness for one VerifyBatch: accept [num_draft_total], final [B], float64."""
+    """Injected randomness for one VerifyBatch: accept [num_draft_total], final [B], float64 in
+    [0, 1] (checked when built; `check_for(batch)` checks the lengths against a batch)."""
 
     accept: np.ndarray
     final: np.ndarray
+
+    def __post_init__(self):
+        object.__setattr__(self, "accept", validate.coins(self.accept, "accept coins"))
+        object.__setattr__(self, "final", validate.coins(self.final, "final coins"))
+
+    def check_for(self, batch: "VerifyBatch") -> "Coins":
+        """self, or InputError if there is not one accept coin per draft and one final coin per request."""
+        for name, have, need in (("accept", self.accept.size, int(batch.num_draft_tokens.sum())),
+                                 ("final", self.final.size, batch.batch_size)):
+            if have != need:
+                raise InputError(f"{name} coins: expected {need} for this batch, got {have}")
+        return self
 
     @classmethod
     def for_batch(cls, batch: VerifyBatch, accept, final) -> "Coins":

@@ -98,6 +98,8 @@ def verify_batch(batch: VerifyBatch, coins: Coins | None = None, *, rule=None) -
     rule = chain_rule if rule is None else rule
     if coins is None and not batch.greedy.all():
         raise InputError("a batch with non-greedy requests needs coins")
+    if coins is not None:
+        coins.check_for(batch)
     out = np.full((batch.batch_size, batch.max_spec_len + 1), -1, np.int64)
     starts = batch.draft_start
     for b in range(batch.batch_size):

@@ -293,6 +293,7 @@ def verify_batch(batch: VerifyBatch, coins: Coins | None = None, rule: str = "ch
         if not batch.greedy.all():
             raise InputError("a batch with non-greedy requests needs coins")
         coins = Coins(np.zeros(int(batch.num_draft_tokens.sum())), np.zeros(batch.batch_size))
+    coins.check_for(batch)
     det = batch.draft_probs is None
     draft = batch.draft_probs if not det else np.zeros((0, batch.vocab_size))
     rules = np.where(batch.greedy, GREEDY, RULES[rule]).astype(np.int64)

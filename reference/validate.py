@@ -54,6 +54,8 @@ def token_ids(x, name: str, vocab_size: int, allow_padding: bool = False) -> np.
     if a.size and not np.issubdtype(a.dtype, np.integer):
         if not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
             raise InputError(f"{name}: token ids must be integers")
+    if a.size and np.issubdtype(a.dtype, np.unsignedinteger) and a.max() > np.iinfo(np.int64).max:
+        raise InputError(f"{name}: token id {int(a.max())} does not fit int64")
     a = a.astype(np.int64)
     low = -1 if allow_padding else 0
     bad = (a < low) | (a >= vocab_size)
@@ -64,11 +66,29 @@ def token_ids(x, name: str, vocab_size: int, allow_padding: bool = False) -> np.
     return a
 
 
-def coins(x, name: str, n: int) -> np.ndarray:
-    """Return `x` as float64 coins of length n; each must lie in [0, 1] (1.0 is out of contract but
-    accepted, so that tests can inject it on purpose)."""
-    a = np.asarray(x, dtype=np.float64).reshape(-1)
-    if a.shape[0] != n:
+def counts(x, name: str) -> np.ndarray:
+    """Return `x` as a non-empty 1-D int64 array of counts >= 0; the dtype must be an integer type
+    (a count of 1.5 or NaN is an error, not a silent 1)."""
+    a = np.asarray(x)
+    if a.ndim != 1 or a.size == 0:
+        raise InputError(f"{name}: expected a non-empty 1-D array of per-request counts")
+    if not np.issubdtype(a.dtype, np.integer):
+        raise InputError(f"{name}: counts must have an integer dtype, got {a.dtype} ({a[:3].tolist()} ...)")
+    if (a < 0).any():
+        raise InputError(f"{name}: negative count {int(a.min())}")
+    if np.issubdtype(a.dtype, np.unsignedinteger) and a.max() > np.iinfo(np.int64).max:
+        raise InputError(f"{name}: count {int(a.max())} does not fit int64")
+    return a.astype(np.int64)
+
+
+def coins(x, name: str, n: int | None = None) -> np.ndarray:
+    """Return `x` as 1-D float64 coins (of length n, if given); each must lie in [0, 1] (1.0 is out
+    of contract but accepted, so that tests can inject it on purpose)."""
+    try:
+        a = np.asarray(x, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{name}: not an array of numbers ({exc})") from None
+    if n is not None and a.shape[0] != n:
         raise InputError(f"{name}: expected {n} coins, got {a.shape[0]}")
     if not np.all(np.isfinite(a)) or (a < 0).any() or (a > 1).any():
         i = int(np.flatnonzero(~(np.isfinite(a) & (a >= 0) & (a <= 1)))[0])
