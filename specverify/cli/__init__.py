@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 
 from specverify import __version__
 from specverify.errors import AdapterError, InputError
@@ -45,7 +47,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where the program is, so that cleanup (staging folders, temporary files,
+    adapter processes) runs as it does for ^C."""
+
+
+def _terminate(signum, frame):
+    raise Terminated
+
+
 def main(argv=None) -> int:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     try:                                   # ^C while the subcommands import is an interrupt too
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -59,6 +72,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("specverify: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("specverify: terminated", file=sys.stderr)
+        return 143
 
 
 if __name__ == "__main__":

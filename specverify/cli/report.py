@@ -38,10 +38,11 @@ def run(args) -> int:
     from specverify.errors import InputError
     from specverify.progress import Progress
     from specverify.reports import write_report
-    from specverify.reports.analysis import kind_of, load_json
+    from specverify.reports.analysis import check_result, load_json
 
     docs = [load_json(p) for p in args.results]
-    labs = [d for d in docs if kind_of(d) == "lab"]
+    kinds = [check_result(d, p) for d, p in zip(docs, args.results)]
+    labs = [d for d, k in zip(docs, kinds) if k == "lab"]
     if labs:                                   # a lab.json re-renders the lab's page
         if len(docs) != 1:
             raise InputError("a lab result is reported on its own: give one lab.json")

@@ -123,6 +123,10 @@ def load_model(path=None, backend="default") -> tuple[Llama, "object"]:
     for name, shape in expected.items():
         if name not in tensors or tuple(tensors[name].shape) != shape:
             raise InputError(f"{path.name}: tensor {name} missing or not of shape {shape}")
+    for name, t in tensors.items():
+        bad = int((~torch.isfinite(t)).sum())
+        if bad:
+            raise InputError(f"{path.name}: tensor {name} holds {bad} non-finite weight(s) (NaN or inf); the model is broken")
     try:
         model = build_llama(config, tensors, backend, name=os.path.basename(str(path)))
     except KeyError as exc:

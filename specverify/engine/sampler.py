@@ -23,6 +23,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from specverify.errors import InputError
+
 
 def transform_probs(logits, temperature: float, top_k: int = 0, top_p: float = 1.0) -> np.ndarray:
     """Probabilities float64 [R, V] from logits [R, V] (torch or numpy); temperature > 0."""
@@ -99,6 +101,9 @@ def chain_verify(p_rows: np.ndarray, drafts, q_rows: np.ndarray | None, accept_c
 
 def sample_request(logits_rows, drafts, q_rows, params, rng) -> tuple[list, int]:
     """Verify one request's drafts (0..kappa) against its target logits rows [k+1, V]."""
+    if bool(torch.isnan(logits_rows).any() | torch.isposinf(logits_rows).any()
+            | torch.isneginf(logits_rows).all(dim=-1).any()):      # -inf alone is a masked token
+        raise InputError("the model produced NaN, +inf or all -inf logits: its weights or its inputs are broken")
     if params.temperature == 0:
         return greedy_verify(logits_rows, drafts)
     p_rows = transform_probs(logits_rows, params.temperature, params.top_k, params.top_p)

@@ -46,13 +46,48 @@ def kind_of(obj) -> str:
     raise InputError("not a specverify result: expected an audit result (engine, checks), a zoo or a lab result")
 
 
+VERDICTS = ("pass", "fail", "skip", "error", "warn")
+
+
+def _bad_constant(name):
+    raise ValueError(f"non-JSON number {name}")
+
+
+def check_result(obj, path: str) -> str:
+    """The kind of a loaded result (`kind_of`), after checking what the report reads from it: every
+    audit row has a name and a known verdict, and its numbers are finite (p-values in [0, 1]);
+    InputError naming the file and the first bad field otherwise."""
+    kind = kind_of(obj)
+    audits = [obj] if kind == "audit" else [e.get("audit") for e in obj.get("engines", {}).values()
+                                             if isinstance(e, dict) and e.get("audit")] if kind == "zoo" else []
+    for audit in audits:
+        if not isinstance(audit, dict) or not isinstance(audit.get("checks"), list):
+            raise InputError(f"{path}: an audit without a list of checks")
+        if audit.get("verdict") not in VERDICTS:
+            raise InputError(f"{path}: audit of {audit.get('engine')!r} has verdict {audit.get('verdict')!r}")
+        for i, row in enumerate(audit["checks"]):
+            where = f"{path}: checks[{i}]"
+            if not isinstance(row, dict) or not isinstance(row.get("name"), str):
+                raise InputError(f"{where}: a row without a name")
+            if row.get("verdict") not in VERDICTS:
+                raise InputError(f"{where} ({row['name']}): verdict {row.get('verdict')!r} is not one of {', '.join(VERDICTS)}")
+            for key in ("statistic", "p_value", "min_detectable_tv", "n", "dof"):
+                v = row.get(key)
+                if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
+                    raise InputError(f"{where} ({row['name']}): {key} {v!r} is not a finite number")
+            p = row.get("p_value")
+            if p is not None and not 0 <= p <= 1:
+                raise InputError(f"{where} ({row['name']}): p_value {p!r} is outside [0, 1]")
+    return kind
+
+
 def load_json(path: str):
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            return json.load(f, parse_constant=_bad_constant)
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError) as exc:       # JSONDecodeError is a ValueError
         raise InputError(f"{path}: not JSON ({exc})") from None
     except OSError as exc:
         raise InputError(f"{path}: {exc.strerror}") from None
