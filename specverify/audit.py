@@ -41,6 +41,7 @@ class AuditResult:
     errors: list = field(default_factory=list)
     check_seconds: dict = field(default_factory=dict)   # check module -> seconds it needs on its own
     deviation: dict | None = None   # what kind of deviation a failing audit saw (`deviation_of`)
+    not_covered: dict = field(default_factory=dict)   # check -> why it decided nothing for this engine
 
     def failed(self) -> list[CheckResult]:
         return [c for c in self.checks if c.verdict == FAIL]
@@ -59,6 +60,7 @@ class AuditResult:
             "checks": [c.to_dict() for c in self.checks],
             "errors": self.errors,
             "check_seconds": {k: round(v, 3) for k, v in self.check_seconds.items()},
+            "not_covered": self.not_covered,
         }
 
 
@@ -134,7 +136,7 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
     if factory is not None:
         ctx.factory = factory
     rows: list[CheckResult] = []
-    seconds, paid = {}, {}
+    seconds, paid, not_covered = {}, {}, {}
     for name in BATTERY if checks is None else checks:
         module = importlib.import_module(f"specverify.checks.{name}")
         ctx.say(f"check {name}")
@@ -146,6 +148,10 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
         for r in found:
             r.check = name
         rows.extend(found)
+        if not any(r.verdict in (PASS, FAIL, ERROR, WARN) for r in found):
+            skipped = [r.detail for r in found if r.detail]
+            not_covered[name] = skipped[0] if skipped else (
+                f"no row applies to capabilities {', '.join(sorted(getattr(engine, 'capabilities', ())))}")
     if extra is not None:
         rows.extend(extra(engine, ctx))
     # a check that reads the shared one-step samples needs their sampling time on its own
@@ -154,10 +160,11 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
     apply_holm(rows, ctx)
     if not any(r.verdict in (PASS, FAIL) for r in rows):
         raise AdapterError(f"engine {engine.name!r} supports none of the checks run (capabilities: "
-                           f"{sorted(getattr(engine, 'capabilities', ()))})")
+                           f"{sorted(getattr(engine, 'capabilities', ()))}; checks: {', '.join(seconds) or 'none'})")
     return AuditResult(engine=str(engine.name), verdict=verdict_of(rows), seed=ctx.seed, alpha=ctx.alpha,
                        samples=ctx.samples, checks=rows, engine_version=getattr(engine, "version", None),
-                       seconds=time.perf_counter() - start, check_seconds=check_seconds, deviation=deviation_of(rows))
+                       seconds=time.perf_counter() - start, check_seconds=check_seconds, deviation=deviation_of(rows),
+                       not_covered=not_covered)
 
 
 @dataclass
@@ -182,6 +189,7 @@ def prepare(engine, given: dict | None = None, *, progress=None, label=None) -> 
     the adapter's `audit_defaults` fill what is unset, then the defaults. Bad settings are InputError
     before the adapter is built (`label(name)`: how the user spelled the setting, e.g. "--samples");
     an adapter that cannot be built is AdapterError."""
+    from specverify.adapters.protocol import check_adapter
     from specverify.adapters.registry import factory as named_factory
     from specverify.checks.harness import call_with_timeout
 
@@ -199,6 +207,7 @@ def prepare(engine, given: dict | None = None, *, progress=None, label=None) -> 
         timeout = given.get("timeout") or settings_mod.DEFAULTS.timeout
         what = f"{spec or getattr(make, '__name__', 'factory')}: building the adapter"
         engine = call_with_timeout(make, timeout=timeout, what=what)
+    check_adapter(engine, f"adapter {getattr(engine, 'name', spec)!r}")
     s = settings_mod.resolve(given, getattr(engine, "audit_defaults", None), BATTERY, label)
     ctx = Context(seed=s.seed, samples=s.samples, alpha=s.alpha, timeout=s.timeout, progress=progress, full=s.full)
     return Audit(engine=engine, factory=make, spec=spec, settings=s, ctx=ctx)

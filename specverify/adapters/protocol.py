@@ -75,4 +75,34 @@ A complete minimal adapter (the exact chain rule, by way of the reference) looks
 and is audited with `specverify audit path/to/file.py:factory` (the README has a longer one).
 """
 
-CAPABILITIES = ("chain", "greedy", "block", "tree", "seeded", "engine")
+# capability -> the methods that provide it (any one of them)
+METHODS = {
+    "chain": ("verify",),
+    "greedy": ("verify",),
+    "block": ("verify_block",),
+    "tree": ("verify_trees", "verify_tree"),
+    "seeded": ("verify_seeded",),
+    "engine": ("generate",),
+    "bitwise": ("bitwise",),      # our engine's greedy bitwise run (specverify/adapters/specverify_engine.py)
+}
+CAPABILITIES = tuple(METHODS)
+
+
+def check_adapter(adapter, what: str) -> None:
+    """The capability contract, before any check runs: `capabilities` is a collection of known names
+    and every declared capability has its method. A gate must never pass because it checked less
+    than the user thinks (a typo such as "chian" would otherwise skip every chain check)."""
+    from specverify.errors import AdapterError
+
+    caps = getattr(adapter, "capabilities", None)
+    if isinstance(caps, (str, bytes)) or not hasattr(caps, "__iter__"):
+        raise AdapterError(f"{what}: capabilities must be a set of names from {', '.join(CAPABILITIES)}, got {caps!r}")
+    caps = list(caps)
+    if not caps:
+        raise AdapterError(f"{what}: the adapter declares no capabilities (one or more of {', '.join(CAPABILITIES)})")
+    unknown = sorted({str(c) for c in caps if c not in METHODS})
+    if unknown:
+        raise AdapterError(f"{what}: unknown capability name(s) {', '.join(unknown)}; known: {', '.join(CAPABILITIES)}")
+    for cap in caps:
+        if not any(callable(getattr(adapter, m, None)) for m in METHODS[cap]):
+            raise AdapterError(f"{what}: declares capability {cap!r} but has no {' or '.join(METHODS[cap])} method")

@@ -62,6 +62,9 @@ def table(result) -> str:
                  f"family-wise alpha {result.alpha:g} by Holm), seed {result.seed}, {result.seconds:.1f} s")
     for c in failed:
         lines.append(f"  FAIL {c.name}: {c.detail}" + (f" (p = {c.p_value:.3g})" if c.p_value is not None else ""))
+    if result.not_covered:
+        lines.append("  not covered:")
+        lines += [f"    {k}: {v}" for k, v in result.not_covered.items()]
     return "\n".join(lines)
 
 
