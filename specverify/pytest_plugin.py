@@ -51,31 +51,38 @@ def pytest_configure(config):
 class ExactnessGate:
     """The `specverify` fixture: audit an engine with this test's settings, or assert it is exact."""
 
-    def __init__(self, settings: dict):
+    def __init__(self, settings: dict, error: str | None = None):
         self.settings = settings
+        self.error = error          # a bad marker or option: the test fails with it at its first audit
 
     def audit(self, engine, **overrides):
-        """Run the battery; returns `specverify.audit.AuditResult` (AdapterError if the adapter breaks)."""
-        from specverify.audit import prepare
+        """Run the battery; returns `specverify.audit.AuditResult`. A usage error (a bad setting, an
+        unknown capability, a missing method) or a broken adapter fails the test with one line."""
+        from specverify.audit import BATTERY, prepare
+        from specverify.errors import AdapterError, InputError
+        from specverify.settings import check_value
 
-        unknown = set(overrides) - set(SETTINGS)
-        if unknown:
-            raise TypeError(f"specverify: unknown setting(s) {sorted(unknown)}; known: {SETTINGS}")
-        given = {**self.settings, **{k: v for k, v in overrides.items() if v is not None}}
-        audit = prepare(engine, given)
-        result = audit.run()
+        if self.error:
+            pytest.fail(self.error, pytrace=False)
+        try:
+            unknown = set(overrides) - set(SETTINGS)
+            if unknown:
+                raise InputError(f"unknown setting(s) {', '.join(sorted(unknown))}; known: {', '.join(SETTINGS)}")
+            given = dict(self.settings)
+            for k, v in overrides.items():
+                if v is not None:
+                    given[k] = check_value(k, v, BATTERY, label=f"{k}=")
+            audit = prepare(engine, given)
+            result = audit.run()
+        except (AdapterError, InputError) as exc:
+            pytest.fail(f"specverify: {exc}", pytrace=False)
         result.spec = audit.spec
         result.settings = audit.settings.to_dict()
         return result
 
     def assert_exact(self, engine, **overrides):
         """Fail the calling test, with a reproducible report, unless every check passes."""
-        from specverify.errors import AdapterError, InputError
-
-        try:
-            result = self.audit(engine, **overrides)
-        except (AdapterError, InputError) as exc:
-            pytest.fail(f"specverify: {exc}", pytrace=False)
+        result = self.audit(engine, **overrides)
         if result.verdict != "pass":
             pytest.fail(report(result), pytrace=False)
         return result
@@ -109,17 +116,26 @@ def report(result) -> str:
 
 @pytest.fixture
 def specverify(request):
-    """An ExactnessGate with this test's settings (marker, command line, defaults)."""
+    """An ExactnessGate with this test's settings (marker, command line); each value is checked here,
+    and a bad one fails the test with one line naming it."""
+    from specverify.audit import BATTERY
+    from specverify.errors import InputError
+    from specverify.settings import check_value
+
     settings = {}
-    for key in ("samples", "seed", "alpha", "timeout"):
-        value = request.config.getoption(f"--specverify-{key}", default=None)
-        if value is not None:
-            settings[key] = value
-    marker = request.node.get_closest_marker("specverify")
-    if marker is not None:
-        unknown = set(marker.kwargs) - set(SETTINGS)
-        if unknown or marker.args:
-            raise pytest.UsageError(f"@pytest.mark.specverify takes keyword settings {SETTINGS}, got "
-                                    f"{list(marker.args) + sorted(unknown)}")
-        settings.update({k: v for k, v in marker.kwargs.items() if v is not None})
+    try:
+        for key in ("samples", "seed", "alpha", "timeout"):
+            value = request.config.getoption(f"--specverify-{key}", default=None)
+            if value is not None:
+                settings[key] = check_value(key, value, BATTERY, label=f"--specverify-{key}")
+        marker = request.node.get_closest_marker("specverify")
+        if marker is not None:
+            unknown = set(marker.kwargs) - set(SETTINGS)
+            if unknown or marker.args:
+                raise InputError(f"@pytest.mark.specverify takes keyword settings {', '.join(SETTINGS)}, got "
+                                 f"{', '.join(map(repr, list(marker.args) + sorted(unknown)))}")
+            settings.update({k: check_value(k, v, BATTERY, label=f"@pytest.mark.specverify({k}=...)")
+                             for k, v in marker.kwargs.items() if v is not None})
+    except InputError as exc:
+        return ExactnessGate({}, error=f"specverify: {exc}")   # fails the test when it audits
     return ExactnessGate(settings)

