@@ -8,7 +8,8 @@ order; tests compare them token for token under the same coins). Two layouts:
 - ragged batches, `verify_batch`: the `VerifyBatch` layout of `reference.batch`, rows per request.
 
 Randomness comes from a seeded numpy Generator in fixed-size chunks, so a (seed, n) pair gives the
-same samples whatever the chunking of the numba threads.
+same samples whatever the chunking of the numba threads. A rule is named as registered in
+`reference.rules`; its `code` selects its branch in the kernels.
 """
 
 from __future__ import annotations
@@ -16,11 +17,15 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from specverify.errors import InputError
+
+from . import rules
 from .batch import Coins, VerifyBatch
 from .sampling import residual
 
-CHAIN, GREEDY, BLOCK, THRESHOLD, TYPICAL = 0, 1, 2, 3, 4
-RULES = {"chain": CHAIN, "greedy": GREEDY, "block": BLOCK, "threshold": THRESHOLD, "typical": TYPICAL}
+# the kernels' rule kinds
+CHAIN, GREEDY, BLOCK, THRESHOLD, TYPICAL = (rules.CHAIN.code, rules.GREEDY.code, rules.BLOCK.code,
+                                            rules.THRESHOLD.code, rules.TYPICAL.code)
 CHUNK = 1 << 18  # samples per generator call
 
 
@@ -259,6 +264,14 @@ def _batch_kernel(rule_per_req, params, drafts, num, draft_start, target, draft,
              acc[d0:d0 + k], final[b], out[b])
 
 
+def _code(rule: str) -> int:
+    """The kernels' kind of the registered rule named `rule`."""
+    code = rules.RULES[rule].code
+    if code is None:
+        raise InputError(f"rule {rule!r} has no compiled code")
+    return code
+
+
 def sample_one_step(target_rows, draft_rows=None, n: int = 100_000, seed: int = 0, rule: str = "chain",
                     deterministic: bool = False, params=(1.0, 1.0)) -> np.ndarray:
     """N verify steps of a one-step problem; returns int64 [n, kappa + 1], -1 padded.
@@ -280,15 +293,15 @@ def sample_one_step(target_rows, draft_rows=None, n: int = 100_000, seed: int = 
         draft_coins = rng.random((m, kappa))
         acc = rng.random((m, kappa))
         final = rng.random(m)
-        _problem_kernel(RULES[rule], np.asarray(params, np.float64), target, draft, det, cdf, last, draft_coins,
+        _problem_kernel(_code(rule), np.asarray(params, np.float64), target, draft, det, cdf, last, draft_coins,
                         drafts[:m], acc, final, out[s:s + m], *tables)
     return out
 
 
 def verify_batch(batch: VerifyBatch, coins: Coins | None = None, rule: str = "chain", params=(1.0, 1.0)) -> np.ndarray:
-    """Same contract as `reference.chain.verify_batch`, compiled. `rule`: "chain" or "block" (exact),
-    "threshold" (params = threshold_single, threshold_acc) or "typical" (params = epsilon, delta)."""
-    from specverify.errors import InputError
+    """Same contract as `reference.chain.verify_batch`, compiled. `rule`: a registered rule with compiled
+    code: "chain" or "block" (exact), "threshold" (params = threshold_single, threshold_acc) or
+    "typical" (params = epsilon, delta)."""
     if coins is None:
         if not batch.greedy.all():
             raise InputError("a batch with non-greedy requests needs coins")
@@ -296,8 +309,8 @@ def verify_batch(batch: VerifyBatch, coins: Coins | None = None, rule: str = "ch
     coins.check_for(batch)
     det = batch.draft_probs is None
     draft = batch.draft_probs if not det else np.zeros((0, batch.vocab_size))
-    rules = np.where(batch.greedy, GREEDY, RULES[rule]).astype(np.int64)
+    kinds = np.where(batch.greedy, GREEDY, _code(rule)).astype(np.int64)
     out = np.full((batch.batch_size, batch.max_spec_len + 1), -1, np.int64)
-    _batch_kernel(rules, np.asarray(params, np.float64), batch.draft_token_ids, batch.num_draft_tokens, batch.draft_start,
+    _batch_kernel(kinds, np.asarray(params, np.float64), batch.draft_token_ids, batch.num_draft_tokens, batch.draft_start,
                   batch.target_probs, draft, det, coins.accept, coins.final, out)
     return out

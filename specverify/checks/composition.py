@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specverify.reference import rules
 from specverify.reference.batch import Coins, VerifyBatch
 
 from specverify.adapters.treebatch import TreeBatch, TreeCoins
@@ -99,17 +100,17 @@ def run(engine, ctx) -> list[CheckResult]:
     caps = set(getattr(engine, "capabilities", ()))
     rows = []
     rng = ctx.rng("composition")
-    kinds = [("chain", "verify")] if caps & {"chain", "greedy"} else []
-    if "block" in caps:
-        kinds.append(("block", "verify_block"))
-    for rule, method in kinds:
+    # one row per adapter method of the claimed batch rules, named by its first rule; a probe request
+    # is kept if a claimed rule of that method verifies requests with its greedy flag
+    claimed = [r for r in rules.claimed(caps) if not r.tree]
+    for method in dict.fromkeys(r.method for r in claimed):
+        greedy_flags = {r.greedy for r in claimed if r.method == method}
+        rule = rules.of_method(method).name
         with Timer() as t:
             diffs, n = [], 0
             for stochastic in (True, False):
                 reqs, acc, fin = probes(rng, stochastic)
-                keep = [i for i, r in enumerate(reqs)
-                        if (r[3] and rule == "chain" and "greedy" in caps)
-                        or (not r[3] and (rule == "block" or "chain" in caps))]
+                keep = [i for i, r in enumerate(reqs) if r[3] in greedy_flags]
                 if not keep:
                     continue
                 reqs, acc, fin = [reqs[i] for i in keep], [acc[i] for i in keep], [fin[i] for i in keep]

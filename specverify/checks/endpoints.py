@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specverify.reference import rules
 from specverify.reference.batch import Coins, VerifyBatch
 
 from specverify.adapters.treebatch import TreeBatch, TreeCoins, shape_of
@@ -156,23 +157,21 @@ def run(engine, ctx) -> list[CheckResult]:
     caps = set(getattr(engine, "capabilities", ()))
     rows = []
     coins_all = {**IN_CONTRACT, **OUT_OF_CONTRACT}
-    methods = [("chain", "verify")] if "chain" in caps else []
-    if "block" in caps:
-        methods.append(("block", "verify_block"))
+    coined = [r for r in rules.claimed(caps) if not r.greedy and not r.tree]   # the endpoint requests are not greedy
     structure_bad, structure_n = [], 0
-    for rule, method in methods:
+    for rule in coined:
         for label, c in coins_all.items():
             with Timer() as t:
                 bad, n = [], 0
                 for batch in endpoint_batches():
                     coins = Coins(np.full(int(batch.num_draft_tokens.sum()), c), np.full(batch.batch_size, c))
-                    out = harness.verified(engine, method, batch, coins, ctx, f"{rule} endpoint coin {label}")
+                    out = harness.verified(engine, rule.method, batch, coins, ctx, f"{rule.name} endpoint coin {label}")
                     bad += zero_prob_violations(batch, out)
                     n += batch.batch_size
-                    if rule == "chain" and label in IN_CONTRACT:
+                    if rule is rules.CHAIN and label in IN_CONTRACT:
                         structure_bad += structure_violations(batch, out)
                         structure_n += batch.batch_size
-            rows.append(_zero_prob_row(rule, label, bad, n, t.seconds))
+            rows.append(_zero_prob_row(rule.name, label, bad, n, t.seconds))
     if "chain" in caps:
         with Timer() as t:
             rng = ctx.rng("structure")

@@ -1,8 +1,9 @@
 """Samples of one-step problems, shared by the marginal and joint checks.
 
-For every rule kind the engine supports, each problem of `PLAN` is sampled once (seeded per rule
-and problem) and cached on the context, so the marginal and joint statistics read the same draws.
-The expected law is the exact law of the *exact* rule of that kind, whatever the engine does.
+For every verify rule the engine claims (`reference.rules`), each of the rule's one-step problems is
+sampled once (seeded per rule and problem) and cached on the context, so the marginal and joint
+statistics read the same draws. The expected law is the exact law of that rule, whatever the engine
+does.
 """
 
 from __future__ import annotations
@@ -11,20 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specverify.reference import laws
+from specverify.reference import laws, rules
 
 from . import harness, problems
 from .base import Timer
-
-# rule kind -> (engine method, problems to pose)
-# (greedy verification is deterministic given the drafts; `checks.greedy` also compares it exactly)
-PLAN = {
-    "chain": ("verify", ["dirichlet", "reversed", "zero-mass", "deterministic", "narrow", "padded"]),
-    "greedy": ("verify", ["dirichlet", "near-tie"]),
-    "block": ("verify_block", ["dirichlet", "zero-mass", "deterministic"]),
-    "tree": ("verify_trees", ["dirichlet", "deterministic"]),
-}
-TREE_BRANCHING = {"dirichlet": (2, 2), "deterministic": (3, 2)}
 
 
 @dataclass
@@ -52,19 +43,15 @@ def law_of(problem: problems.Problem, rule: str, ctx) -> laws.SequenceLaw:
     key = (ctx.seed, rule, problem.name, problem.target.tobytes(), problem.draft.tobytes())
     law = _LAWS.get(key)
     if law is None:
-        if rule == "tree":
-            law = problem.law("tree", branching=TREE_BRANCHING[problem.name])
-        elif rule == "greedy":
-            law = problem.law("chain", rule=laws.GREEDY)
-        else:
-            law = problem.law("block" if rule == "block" else "chain")
+        law = problem.law(rule, rules.RULES[rule].problems[problem.name])
         _LAWS[key] = law
     return law
 
 
-def supported(engine) -> list[str]:
-    caps = set(getattr(engine, "capabilities", ()))
-    return [r for r in PLAN if r in caps and (r != "tree" or harness.verifies_trees(engine))]
+def supported(engine) -> list[rules.VerifyRule]:
+    """The rules the engine claims, a tree rule only if it has a tree form."""
+    caps = getattr(engine, "capabilities", ())
+    return [r for r in rules.claimed(caps) if not r.tree or harness.verifies_trees(engine)]
 
 
 def collect(engine, ctx) -> list[Sampled]:
@@ -75,21 +62,19 @@ def collect(engine, ctx) -> list[Sampled]:
         return cache[key]
     out = []
     for rule in supported(engine):
-        method, names = PLAN[rule]
-        for name in names:
-            problem = problems.make(name, ctx.rng("problem", rule, name))
-            rng = ctx.rng("samples", rule, name)
-            ctx.say(f"sampling {rule}[{name}]")
+        for name, shape in rule.problems.items():
+            problem = problems.make(name, ctx.rng("problem", rule.name, name))
+            rng = ctx.rng("samples", rule.name, name)
+            ctx.say(f"sampling {rule.name}[{name}]")
             drafts = None
             with Timer() as t:
-                if rule == "tree":
-                    branching = TREE_BRANCHING[name]
-                    samples = harness.run_tree(engine, problem, ctx.samples, rng, ctx, branching, what=f"{rule}[{name}]")
+                if rule.tree:
+                    samples = harness.run_tree(engine, problem, ctx.samples, rng, ctx, shape, what=f"{rule.name}[{name}]")
                 else:
-                    samples, drafts = harness.run_chain(engine, problem, ctx.samples, rng, ctx, method=method,
-                                                        greedy=rule == "greedy", what=f"{rule}[{name}]")
-            law = law_of(problem, rule, ctx)
-            out.append(Sampled(rule, problem, law, samples, t.seconds, drafts))
+                    samples, drafts = harness.run_chain(engine, problem, ctx.samples, rng, ctx, method=rule.method,
+                                                        greedy=rule.greedy, what=f"{rule.name}[{name}]")
+            law = law_of(problem, rule.name, ctx)
+            out.append(Sampled(rule.name, problem, law, samples, t.seconds, drafts))
             ctx.__dict__["_onestep_seconds"] = sampling_seconds(ctx) + t.seconds
     cache[key] = out
     return out

@@ -22,6 +22,7 @@ from functools import cached_property
 import numpy as np
 
 from specverify.reference import laws
+from specverify.reference.rules import RULES
 from specverify.reference.toy import FixedRows
 
 
@@ -45,19 +46,15 @@ class Problem:
     def models(self):
         return FixedRows(self.target), FixedRows(np.vstack([self.draft, self.draft[-1:]]))
 
-    def law(self, kind: str = "chain", rule=laws.EXACT, branching=(2, 2)) -> laws.SequenceLaw:
-        """The exact law of one step's emitted tokens under `kind` ("chain", "block", "tree")."""
+    def law(self, rule: str = "chain", shape=None) -> laws.SequenceLaw:
+        """The exact law of one step's emitted tokens under the registered rule named `rule`
+        (`reference.rules`), its drafts the problem's kappa (shape None) or a tree of branching `shape`."""
         if self.pad_from is not None:
             # a padded position is a bonus position: the law of the problem cut before it
             k = self.pad_from
-            return Problem(self.name, self.target[:k + 1], self.draft[:k], self.deterministic).law(kind, rule, branching)
+            return Problem(self.name, self.target[:k + 1], self.draft[:k], self.deterministic).law(rule, shape)
         target, draft = self.models
-        if kind == "block":
-            d = laws.block_chunk_law(target, draft, (), self.kappa, self.deterministic)
-        elif kind == "tree":
-            d = laws.tree_chunk_law(target, draft, (), branching, self.deterministic)
-        else:
-            d = laws.chunk_law(rule, target, draft, (), self.kappa, self.deterministic)
+        d = RULES[rule].law(target, draft, (), self.kappa if shape is None else shape, self.deterministic)
         return laws.SequenceLaw.from_dict(d, self.vocab_size)
 
     @cached_property

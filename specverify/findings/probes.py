@@ -25,6 +25,7 @@ import numpy as np
 
 from specverify import stats
 from specverify.checks.base import FAIL, PASS, CheckResult, Timer
+from specverify.reference import rules
 from specverify.reference.batch import Coins, VerifyBatch
 
 # residual_zero rows (V = 4): zeros at both ends, where the fallbacks of vLLM (token 0: argmax of an
@@ -42,7 +43,7 @@ PADDED_N = 2000
 
 def residual_zero(engine, method: str = "verify") -> list[CheckResult]:
     rows = []
-    rule = "block" if method == "verify_block" else "chain"
+    rule = rules.of_method(method).name
     for label, c in RZ_COINS.items():
         with Timer() as t:
             reqs = [(np.array([1]), np.vstack([RZ_P, RZ_P]), RZ_Q[None], False),
