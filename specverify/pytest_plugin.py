@@ -32,6 +32,8 @@ import os
 
 import pytest
 
+from specverify.format import fmt
+
 SETTINGS = ("samples", "seed", "alpha", "timeout", "checks")
 DEFAULTS = {"samples": 200_000, "seed": 0, "alpha": 1e-3, "timeout": 120.0, "checks": None}
 
@@ -120,10 +122,6 @@ class ExactnessGate:
         return result
 
 
-def _fmt(x, spec):
-    return "-" if x is None else format(x, spec)
-
-
 def report(result) -> str:
     """The failure message: one line per failing check, then the command that reproduces it."""
     failed = result.failed()
@@ -134,8 +132,8 @@ def report(result) -> str:
         if c.exact:
             lines.append(f"  {c.name.ljust(width)}  exact failure: {c.detail}")
         else:
-            lines.append(f"  {c.name.ljust(width)}  statistic {_fmt(c.statistic, '.4g')} (dof {_fmt(c.dof, 'd')}), "
-                         f"p = {_fmt(c.p_value, '.3g')}, min detectable TV {_fmt(c.min_detectable_tv, '.4f')}, n = {c.n}")
+            lines.append(f"  {c.name.ljust(width)}  statistic {fmt(c.statistic, '.4g')} (dof {fmt(c.dof, 'd')}), "
+                         f"p = {fmt(c.p_value, '.3g')}, min detectable TV {fmt(c.min_detectable_tv, '.4f')}, n = {c.n}")
     s = getattr(result, "settings", {})
     spec = getattr(result, "spec", None)
     checks = s.get("checks")
