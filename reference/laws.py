@@ -71,7 +71,7 @@ class SequenceLaw:
             padded[i, :len(s)] = s
         return encode(padded, self.vocab_size)
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return dict(zip(self.sequences, self.probs))
 
     def total(self) -> float:
@@ -98,7 +98,7 @@ class SequenceLaw:
 
     def tv(self, other: "SequenceLaw") -> float:
         """Total variation distance to another law."""
-        a, b = self.as_dict(), other.as_dict()
+        a, b = self.to_dict(), other.to_dict()
         return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))
 
 

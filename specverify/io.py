@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
+
+from specverify.format import json_safe
 
 
 def write_atomic(path: str, data: str | bytes) -> None:
@@ -24,17 +25,6 @@ def write_atomic(path: str, data: str | bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-
-
-def json_safe(obj):
-    """obj with every NaN or infinite float replaced by None (JSON has neither)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    return obj
 
 
 def json_text(obj) -> str:

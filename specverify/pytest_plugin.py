@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import pytest
 
+from specverify.format import fmt
+
 SETTINGS = ("samples", "seed", "alpha", "timeout", "checks")   # what a test may set (`specverify.settings`)
 
 
@@ -88,10 +90,6 @@ class ExactnessGate:
         return result
 
 
-def _fmt(x, spec):
-    return "-" if x is None else format(x, spec)
-
-
 def report(result) -> str:
     """The failure message: one line per failing check, then the command that reproduces it."""
     failed = result.failed()
@@ -102,8 +100,8 @@ def report(result) -> str:
         if c.exact:
             lines.append(f"  {c.name.ljust(width)}  exact failure: {c.detail}")
         else:
-            lines.append(f"  {c.name.ljust(width)}  statistic {_fmt(c.statistic, '.4g')} (dof {_fmt(c.dof, 'd')}), "
-                         f"p = {_fmt(c.p_value, '.3g')}, min detectable TV {_fmt(c.min_detectable_tv, '.4f')}, n = {c.n}")
+            lines.append(f"  {c.name.ljust(width)}  statistic {fmt(c.statistic, '.4g')} (dof {fmt(c.dof, 'd')}), "
+                         f"p = {fmt(c.p_value, '.3g')}, min detectable TV {fmt(c.min_detectable_tv, '.4f')}, n = {c.n}")
     s = getattr(result, "settings", {})
     spec = getattr(result, "spec", None)
     checks = s.get("checks")

@@ -1,5 +1,10 @@
 """Tokenizer: byte-level BPE from the GGUF metadata, against ids from HF `tokenizers` (recorded once
-from transformers loading the same GGUF file), round trips, special tokens, chat template."""
+from transformers loading the same GGUF file) and against the former hand-written BPE's ids and
+decodes for the engine's prompt set (tests/data/tokenizer_smollm2.json), round trips, special
+tokens, chat template."""
+
+import json
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +28,34 @@ HF_IDS = {
 def tok():
     f = loader.read_gguf(loader.smollm2_path(), load_tensors=False)
     return Tokenizer.from_gguf_metadata(f.metadata)
+
+
+# ids and decodes of the former hand-written BPE, recorded before the switch to HF `tokenizers`
+RECORDED = json.loads((Path(__file__).parent / "data" / "tokenizer_smollm2.json").read_text(encoding="utf-8"))
+
+
+def test_recorded_fixture_covers_every_engine_prompt():
+    from specverify.engine.bitwise import load_prompts
+    assert [p["text"] for p in RECORDED["prompts"]] == [text for _, _, text in load_prompts()]
+    assert [("chat_ids" in p) for p in RECORDED["prompts"]] == [chat for _, chat, _ in load_prompts()]
+
+
+@pytest.mark.parametrize("i", range(len(RECORDED["prompts"])))
+def test_prompt_ids_match_the_former_tokenizer(tok, i):
+    p = RECORDED["prompts"][i]
+    assert tok.encode(p["text"]) == p["ids"]
+    assert tok.decode(p["ids"]) == p["text"]
+    if "chat_ids" in p:
+        msgs = [{"role": "user", "content": p["text"]}]
+        assert tok.encode_chat(msgs) == p["chat_ids"]
+        assert tok.decode(p["chat_ids"]) == tok.apply_chat_template(msgs)
+        assert tok.decode(p["chat_ids"], skip_special=True) == p["chat_decode_skip_special"]
+
+
+def test_decodes_match_the_former_tokenizer(tok):
+    for d in RECORDED["decodes"]:
+        assert tok.decode(d["ids"]) == d["decode"]
+        assert tok.decode(d["ids"], skip_special=True) == d["decode_skip_special"]
 
 
 @pytest.mark.parametrize("text", sorted(HF_IDS))
@@ -59,6 +92,16 @@ def test_chat_template(tok):
 def test_decode_rejects_out_of_range(tok):
     with pytest.raises(InputError):
         tok.decode([tok.vocab_size])
+
+
+def test_bytes_without_a_token_are_refused(tok):
+    with pytest.raises(InputError):                 # SmolLM2 has no token for the byte 0x04
+        tok.encode("a\x04b")
+
+
+def test_merges_must_make_vocabulary_tokens():
+    with pytest.raises(InputError):
+        Tokenizer(["a", "b"], ["a b"], pre="gpt-2")
 
 
 def test_bpe_merge_priority():

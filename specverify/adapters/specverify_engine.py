@@ -94,7 +94,8 @@ class SpecverifyEngine:
         return tokens, {"num_drafted": res.metrics.num_draft_tokens, "num_accepted": res.metrics.num_accepted}
 
     def bitwise_models(self):
-        """(label, model, tokenizer) to run the greedy bitwise audit on: the real model if installed."""
+        """(label, model, tokenizer, note) to run the greedy bitwise audit on: the real model if installed
+        (note None), else a tiny random model and a note saying why."""
         from specverify.engine.loader import load_smollm2, smollm2_available
         from specverify.engine.model import random_llama
         if smollm2_available():

@@ -11,12 +11,12 @@ runs that must be bitwise equal and are not) carry no p-value: their verdict is 
 from __future__ import annotations
 
 import hashlib
-import math
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from specverify.format import json_safe
 from specverify.settings import DEFAULTS
 
 PASS, FAIL, SKIP, ERROR = "pass", "fail", "skip", "error"
@@ -24,12 +24,9 @@ WARN = "warn"   # an observation outside the protocol's contract (e.g. a coin of
 
 
 def _num(x):
-    if x is None:
-        return None
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    x = float(x)
-    return None if not math.isfinite(x) else x      # JSON has no NaN or Infinity
+    """A statistic, p-value or TV bound for JSON: a float (a numpy integer stays an integer), None when
+    absent or not finite."""
+    return json_safe(x if x is None or isinstance(x, np.integer) else float(x))
 
 
 @dataclass

@@ -51,7 +51,7 @@ def run(engine, ctx) -> list[CheckResult]:
         detail += f"; first divergence: {_divergence(r)}"
     rows.append(CheckResult(f"greedy.bitwise[{label},invariant]", PASS if r.passed else FAIL, n=r.n_comparisons,
                             exact=True, seconds=t.seconds, detail=detail,
-                            data={"bitwise": r.as_dict(), "model": label, "tokens_identical_runs": tokens_same}))
+                            data={"bitwise": r.to_dict(), "model": label, "tokens_identical_runs": tokens_same}))
     ctx.say("greedy bitwise: default backend (negative control)")
     with Timer() as t:
         label, note, r = engine.bitwise("default", small=not full, progress=ctx.say)
@@ -60,5 +60,5 @@ def run(engine, ctx) -> list[CheckResult]:
               f"runs bitwise identical ({_shape(r)}); first divergence: {_divergence(r)}")
     rows.append(CheckResult(f"greedy.bitwise[{label},default:negative-control]", PASS if seen else WARN,
                             n=r.n_comparisons, exact=True, seconds=t.seconds, detail=detail,
-                            data={"bitwise": r.as_dict(), "model": label, "divergence_seen": seen}))
+                            data={"bitwise": r.to_dict(), "model": label, "divergence_seen": seen}))
     return rows

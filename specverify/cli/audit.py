@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from specverify.adapters.registry import described
+from specverify.format import fmt
 
 HELP = """\
 Audit a speculative-decoding implementation against the exact rules.
@@ -40,10 +41,6 @@ def register(sub) -> None:
                    help="engine checks at full size (greedy bitwise: 256 prompts x 256 tokens, kappa 1..7, batch 1..64)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress line and no table")
     p.set_defaults(func=run)
-
-
-def fmt(x, spec: str) -> str:
-    return "-" if x is None else format(x, spec)
 
 
 def table(result) -> str:

@@ -82,7 +82,7 @@ def run(args) -> int:
         print(json.dumps({"prompt_tokens": len(prompt_ids), "token_ids": out.token_ids, "text": out.text,
                           "finish_reason": out.finish_reason, "spec": args.spec, "kappa": args.kappa,
                           "backend": args.backend, "prefill_s": prefill_s, "decode_tokens_per_s": decode_tps,
-                          "metrics": m.as_dict()}, indent=1))
+                          "metrics": m.to_dict()}, indent=1))
     else:
         sys.stdout.write("\n")
         E = f"E={m.mean_acceptance_length:.2f} " if m.num_verifies else ""

@@ -54,7 +54,9 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from specverify.lab.report import headline, write_lab_report
-    from specverify.lab.run import LabConfig, default_state_path, run_lab
+    from specverify.lab.config import LabConfig
+    from specverify.lab.run import run_lab
+    from specverify.lab.state import default_state_path
     from specverify.progress import Progress
     from specverify.reports.atomic import check_replaceable
 

@@ -122,7 +122,7 @@ class BitwiseResult:
                 return r, r.first_divergence
         return None
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         d = asdict(self)
         d.update(n_comparisons=self.n_comparisons, n_identical=self.n_identical, passed=self.passed)
         return d

@@ -68,7 +68,7 @@ class SpecMetrics:
     def tokens_per_s(self) -> float:
         return self.num_emitted / self.wall_time_s if self.wall_time_s > 0 else float("nan")
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return {
             "E": self.mean_acceptance_length, "r_i": self.acceptance_rates, "alpha": self.alpha,
             "alpha_pow_i": [self.alpha ** (i + 1) for i in range(len(self.drafted_at))],

@@ -11,8 +11,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from specverify.io import json_safe
 from specverify.checks.base import ERROR, FAIL, WARN, CheckResult
+from specverify.format import fmt, json_safe
 
 from . import NOT_AUDITABLE, PLANS, REPRODUCERS, probes
 
@@ -55,10 +55,6 @@ def audit(name: str, *, samples: int | None = None, seed: int = 0, alpha: float 
 
 def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")
-
-
-def fmt(x, spec):
-    return "-" if x is None else format(x, spec)
 
 
 def markdown(result, repros: dict, name: str) -> str:

@@ -1,4 +1,4 @@
-"""The chapter's formulas (DESIGN.md, last section), as plain functions the lab checks its
+"""The chapter's formulas (its speedup model, restated below), as plain functions the lab checks its
 measurements against. Notation: alpha per-token acceptance (i.i.d. model), kappa drafts per step,
 c = t_draft / t_target (one draft step over one target step), T* the ridge of the step-time curve in
 token positions, B the number of concurrent sequences.

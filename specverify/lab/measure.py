@@ -129,7 +129,7 @@ class GenRun:
     decode_tokens: int
     decode_s: float         # wall seconds
     prefill_s: float
-    metrics: dict           # SpecMetrics.as_dict() plus the raw counters the lab needs
+    metrics: dict           # SpecMetrics.to_dict() plus the raw counters the lab needs
     decode_cpu_s: float = 0.0   # CPU seconds of this process over the same steps
 
     @property
@@ -158,7 +158,7 @@ def run_generate(model, prompt_ids: list, *, spec: str, kappa: int, max_tokens: 
     decode = stamps[-1] - stamps[0] if len(stamps) > 1 else 0.0
     m = res.metrics
     emitted = sum(len(t) for t in res.tokens)
-    metrics = m.as_dict()
+    metrics = m.to_dict()
     metrics.update({"drafted_at": list(m.drafted_at), "accepted_at": list(m.accepted_at),
                     "num_rejections": m.num_rejections, "num_request_steps": m.num_request_steps})
     decode_cpu = cpu[-1] - cpu[0] if len(cpu) > 1 else 0.0

@@ -17,7 +17,6 @@ other key of `data` is shown as a value. A new check needs no report code.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -313,17 +312,3 @@ def zoo_matrix(obj: dict) -> Matrix:
         if results:
             return audit_matrix(results)
     raise InputError("zoo result: expected 'mutants' (a list of audits) or a 'matrix' {rows, cols, verdict}")
-
-
-def fmt_p(p) -> str:
-    if p is None:
-        return "-"
-    if p == 0:
-        return "<1e-300"
-    return f"{p:.3g}" if p >= 1e-3 else f"{p:.2e}"
-
-
-def fmt(x, spec: str) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    return format(x, spec)

@@ -32,6 +32,7 @@ import numpy as np
 
 from specverify import __version__
 from specverify.errors import InputError
+from specverify.format import fmt, fmt_p
 from specverify.progress import as_progress
 
 from . import analysis as A
@@ -78,8 +79,8 @@ def _verdict_table(result: dict) -> Table:
     for c in result.get("checks", []):
         d = c.get("data") or {}
         rows.append([c["name"], c["verdict"].upper() + (" (exact)" if c.get("exact") else ""),
-                     A.fmt(c.get("statistic"), ".2f"), A.fmt(c.get("dof"), "d"), A.fmt_p(c.get("p_value")),
-                     A.fmt_p(d.get("holm_adjusted_p")), str(c.get("n", "")), A.fmt(c.get("min_detectable_tv"), ".4f"),
+                     fmt(c.get("statistic"), ".2f"), fmt(c.get("dof"), "d"), fmt_p(c.get("p_value")),
+                     fmt_p(d.get("holm_adjusted_p")), str(c.get("n", "")), fmt(c.get("min_detectable_tv"), ".4f"),
                      c.get("detail", "")])
         cls.append(c["verdict"])
     return Table(["check", "verdict", "statistic", "dof", "p-value", "Holm p", "n", "min TV", "detail"], rows,
@@ -90,15 +91,15 @@ def _check_blocks(c: dict, engine: str, images: _Images, bar) -> Details:
     d = c.get("data") or {}
     summary = f"{c['name']}: {c['verdict'].upper()}"
     if c.get("p_value") is not None:
-        summary += f", p = {A.fmt_p(c['p_value'])}"
+        summary += f", p = {fmt_p(c['p_value'])}"
     if c.get("min_detectable_tv") is not None:
         summary += f", min TV {c['min_detectable_tv']:.4f}"
     blocks: list = []
     line = [f"n = {c.get('n', 0)}"]
     if c.get("statistic") is not None:
-        line.append(f"statistic {c['statistic']:.2f} on {A.fmt(c.get('dof'), 'd')} dof")
+        line.append(f"statistic {c['statistic']:.2f} on {fmt(c.get('dof'), 'd')} dof")
     if d.get("holm_adjusted_p") is not None:
-        line.append(f"Holm-adjusted p {A.fmt_p(d['holm_adjusted_p'])}")
+        line.append(f"Holm-adjusted p {fmt_p(d['holm_adjusted_p'])}")
     if c.get("detail"):
         line.append(c["detail"])
     blocks.append(Para("; ".join(line) + "."))
@@ -139,7 +140,7 @@ def _engine_section(engine: str, results: list, images: _Images, bar) -> list:
         blocks.append(Table(["seed", "verdict", "failing checks", "seconds"],
                             [[str(r.get("seed")), r.get("verdict", "").upper(),
                               ", ".join(c["name"] for c in r.get("checks", []) if c["verdict"] == "fail")[:200] or "-",
-                              A.fmt(r.get("seconds"), ".1f")] for r in results],
+                              fmt(r.get("seconds"), ".1f")] for r in results],
                             row_class=[r.get("verdict") for r in results], align="llll"))
     if primary.get("errors"):
         blocks.append(BulletList([f"error: {A.short_value(e, 300)}" for e in primary["errors"]]))
@@ -191,7 +192,7 @@ def _matrix_section(m: A.Matrix, title: str, images: _Images, zoo: dict | None =
         row = [name, (rv or "").upper(), ", ".join(failing) or "-"]
         if engines:
             e = engines.get(name, {})
-            row += [A.fmt(e.get("catch_seconds"), ".2f"), A.fmt(e.get("seconds"), ".1f")]
+            row += [fmt(e.get("catch_seconds"), ".2f"), fmt(e.get("seconds"), ".1f")]
         rows.append(row)
     header = ["engine", "verdict", "failing checks"] + (["catch s", "audit s"] if engines else [])
     blocks = [Heading(2, title),
@@ -211,7 +212,7 @@ def _matrix_section(m: A.Matrix, title: str, images: _Images, zoo: dict | None =
             elif bad:
                 blocks.append(Details(f"{name}: {len(bad)} failing rows", [Table(
                     ["check", "verdict", "p-value", "n", "detail"],
-                    [[c["name"], c["verdict"].upper() + (" (exact)" if c.get("exact") else ""), A.fmt_p(c.get("p_value")),
+                    [[c["name"], c["verdict"].upper() + (" (exact)" if c.get("exact") else ""), fmt_p(c.get("p_value")),
                       str(c.get("n", "")), c.get("detail", "")] for c in bad], row_class=[c["verdict"] for c in bad],
                     align="llrrl")]))
     return blocks

@@ -7,26 +7,11 @@ minimum detectable difference) becomes None.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields
 
 import numpy as np
 
-
-def _json_safe(value):
-    """Convert a field value to JSON-safe Python objects (non-finite floats become None)."""
-    if isinstance(value, np.ndarray):
-        return [_json_safe(v) for v in value.tolist()]
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        value = float(value)
-        return value if math.isfinite(value) else None
-    return value
+from specverify.format import json_safe
 
 
 def _frozen_array(values, dtype) -> np.ndarray:
@@ -38,7 +23,7 @@ def _frozen_array(values, dtype) -> np.ndarray:
 class _ToDict:
     def to_dict(self) -> dict:
         """The fields as JSON-safe Python objects (arrays become lists, NaN/inf become None)."""
-        return {f.name: _json_safe(getattr(self, f.name)) for f in fields(self)}
+        return {f.name: json_safe(getattr(self, f.name)) for f in fields(self)}
 
 
 @dataclass(frozen=True, eq=False)
