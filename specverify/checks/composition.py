@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from specverify.reference.batch import Coins, VerifyBatch
+from specverify.reference.tree_batch import TreeBatch, TreeCoins
 
-from specverify.adapters.treebatch import TreeBatch, TreeCoins
 from . import harness
 from .base import FAIL, PASS, CheckResult, Timer
 from .problems import drafted_request
