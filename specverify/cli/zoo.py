@@ -60,7 +60,7 @@ def run(args) -> int:
     from specverify.errors import InputError
     from specverify.io import write_json
     from specverify.progress import Progress
-    from specverify.zoo import engine_names, run_zoo
+    from specverify.zoo.run import engine_names, run_zoo
 
     if args.samples < 1000:
         raise InputError(f"--samples {args.samples}: the zoo needs at least 1000 samples per problem")
