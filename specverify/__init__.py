@@ -5,7 +5,8 @@ Subpackages, one concern each:
 - ``specverify.reference`` (folder ``reference/``): the float64 NumPy oracle of the exact rules.
 - ``specverify.stats``: goodness-of-fit statistics, power, family-wise control.
 - ``specverify.checks``: the audit battery, one module a check.
-- ``specverify.adapters``: the engines that can be audited (ours, other engines, plug-ins, mutants).
+- ``specverify.adapters``: the engines that can be audited (the reference, ours, other engines) and plug-ins.
+- ``specverify.zoo``: the bug zoo: mutants, lossy rules, the zoo run.
 - ``specverify.kernels`` (folder ``kernels/``): batch-invariant Triton kernels and op backends.
 - ``specverify.engine``: our speculative engine.
 - ``specverify.reports``: report generation.

@@ -87,7 +87,7 @@ def test_assisted_generation_law_matches_prod_p():
 
 def test_exact_law_sums_to_one_and_matches_the_model():
     import torch
-    from specverify.adapters import hf_assisted as hf
+    from specverify.findings import hf_assisted as hf
     model = hf.tiny_llama(3, vocab=4)
     seqs, probs = hf.exact_law(model, (1, 2), 2, 1.0)
     assert len(seqs) == 16 and abs(probs.sum() - 1) < 1e-12

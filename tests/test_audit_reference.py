@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from specverify.adapters.lossy import LossyEngine
 from specverify.adapters.reference import ReferenceEngine
 from specverify.audit import Context, run_audit
 from specverify.checks import joint, marginal, problems
 from specverify.reference import fast
+from specverify.zoo.lossy import LossyEngine
 
 RUNS = 200          # seeded null runs
 N = 4000            # samples per run

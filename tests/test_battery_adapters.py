@@ -99,7 +99,7 @@ def test_the_seeded_checks_build_fresh_adapters_from_the_factory():
 
 ENGINE = """
 import numpy as np
-from specverify.adapters.toyengine import SpecEngine
+from specverify.reference.toy_engine import SpecEngine
 
 class MyEngine:
     name = "my-engine"
@@ -201,7 +201,7 @@ def buggy():
 def test_a_torch_engine_gets_torch_models_and_is_audited(tmp_path):
     import torch
 
-    from specverify.adapters.torchtoy import as_torch
+    from specverify.reference.torch_toy import as_torch
     from specverify.reference.toy import ToyModel
 
     toy = ToyModel(4, 3, zero_frac=0.2)

@@ -1,7 +1,7 @@
 """The battery against its positive control and the bug zoo, check by check, at the default sizes.
 
 - the reference passes every row of every check (no skip: it implements every protocol level);
-- each mutant fails each check it is meant for (`mutants.TARGETS`), run on its own (Holm over that
+- each mutant fails each check it is meant for (`zoo.TARGETS`), run on its own (Holm over that
   check's rows), with every failing row of a statistical check able to see the deviation
   (min detectable TV stated);
 - every check of the battery is meant for at least one mutant (no dead weight).
@@ -10,9 +10,9 @@ False alarms: the reference's audit is one fixed-seed draw of a family-wise 1e-3
 
 import pytest
 
-from specverify.adapters.mutants import MUTANTS, TARGETS, make
 from specverify.adapters.reference import ReferenceEngine
 from specverify.audit import BATTERY, Context, run_audit
+from specverify.zoo import MUTANTS, TARGETS, make
 
 
 def test_the_reference_passes_every_check_of_the_battery():

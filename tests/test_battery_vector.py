@@ -1,13 +1,13 @@
-"""The vectorised exact sampler (adapters.vector), the batched tree layout and the toy engine: bit for
+"""The vectorised exact sampler (reference.vector), the batched tree layout and the toy engine: bit for
 bit the reference rules, and the toy engine's runs have the exact law."""
 
 import numpy as np
 import pytest
 
 from specverify import stats
-from specverify.adapters.toyengine import SpecEngine
-from specverify.adapters.treebatch import TreeBatch, TreeCoins, shape_of
-from specverify.adapters.vector import Streams, VectorSampler
+from specverify.reference.toy_engine import SpecEngine
+from specverify.reference.tree_batch import TreeBatch, TreeCoins, shape_of
+from specverify.reference.vector import Streams, VectorSampler
 from specverify.errors import InputError
 from specverify.reference import chain, fast, laws
 from specverify.reference.batch import Coins, VerifyBatch

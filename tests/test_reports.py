@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from specverify import stats
-from specverify.adapters.lossy import LossyEngine
+from specverify.zoo.lossy import LossyEngine
 from specverify.adapters.reference import ReferenceEngine
 from specverify.audit import Context, run_audit
 from specverify.errors import InputError

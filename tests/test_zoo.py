@@ -1,16 +1,24 @@
 """`specverify zoo` at the default sizes: the reference passes, every mutant fails, and each mutant is
-caught by every check it is meant for (`mutants.TARGETS`) inside the full battery; the JSON says so.
-Also `specverify audit mutant:<name>` as a single command and the CLI's usage errors."""
+caught by every check it is meant for (`zoo.TARGETS`) inside the full battery; the JSON says so.
+Also `specverify audit mutant:<name>` as a single command, the CLI's usage errors, and README.md's zoo
+matrix: the rendering of the committed zoo report."""
 
 import json
+import pathlib
+import re
 import subprocess
 import sys
 
 import pytest
 
-from specverify.adapters.mutants import MUTANTS, TARGETS
 from specverify.audit import BATTERY
-from specverify.zoo import tabulate
+from specverify.reports import audit_report
+from specverify.zoo import MUTANTS, TARGETS
+from specverify.zoo.render import readme_block
+from specverify.zoo.run import tabulate
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+README_BLOCK = re.compile(r"```console\n\$ specverify zoo\n.*?```\n", re.S)
 
 
 def cli(*args):
@@ -76,3 +84,30 @@ def test_zoo_subset_runs_and_a_missed_mutant_or_a_failing_reference_is_not_ok():
     errored = tabulate(names, {"reference": audit("pass"), "mutant:a": {"error": "boom", "seconds": 0.1},
                                "mutant:b": audit("fail", ["runs"])}, {}, 1.0)
     assert not errored.ok and errored.matrix["mutant:a"]["greedy"] == "E"
+
+
+def test_the_readme_zoo_matrix_is_the_rendering_of_the_committed_zoo_report():
+    block = README_BLOCK.search((ROOT / "README.md").read_text())
+    assert block, "README.md has no `$ specverify zoo` console block"
+    summary = json.loads((ROOT / "reports" / "zoo" / "summary.json").read_text())
+    assert block.group(0) == readme_block(summary), "regenerate it: specverify zoo --markdown PATH"
+    assert summary["zoo"]["rows"] == ["reference"] + [f"mutant:{m}" for m in MUTANTS]
+
+
+def test_the_readme_block_of_a_zoo_run_equals_that_of_its_report():
+    def audit(verdict, failing=(), checks=BATTERY):
+        rows = [{"check": c, "verdict": "fail" if c in failing else "pass"} for c in checks]
+        return {"audit": {"verdict": verdict, "checks": rows, "check_seconds": {c: 1.0 for c in checks}}, "seconds": 1.0}
+
+    sampler = [c for c in BATTERY if c != "bitwise"]           # bitwise applies to no engine here
+    names = ["reference", "mutant:a", "mutant:engine-b"]
+    zoo = tabulate(names, {"reference": audit("pass", checks=sampler), "mutant:a": audit("pass", checks=sampler),
+                           "mutant:engine-b": audit("fail", ["runs"], checks=["runs", "identity"])}, {}, 1.0)
+    block = readme_block(zoo.to_dict())
+    assert block == readme_block(audit_report.summary([zoo.to_dict()]))
+    lines = block.splitlines()
+    assert lines[:2] == ["```console", "$ specverify zoo"] and lines[-1] == "```"
+    assert lines[2].split() == ["marg", "joint", "accept", "endpt", "compos", "greedy", "seeded", "rng", "runs",
+                                "transf", "ident", "verdict"]
+    assert lines[5].split() == ["mutant:engine-b"] + ["-"] * 8 + ["X", "-", ".", "FAIL"]
+    assert lines[-2] == "zoo: FAILED -- reference PASS, 1/2 mutants caught (missed: mutant:a)"

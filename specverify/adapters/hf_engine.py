@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from specverify.reference.torch_toy import as_torch
+
 from . import installed
-from .torchtoy import as_torch
 
 
 def toy_lm(toy):

@@ -17,7 +17,7 @@ Sampler level -- the harness injects every coin (layout and worked example: `ref
         of -1 (padding) is never accepted. Capabilities "chain" and/or "greedy".
     verify_block(batch, coins) -> same, block verification (Sun et al.). Capability "block".
     verify_trees(batch: TreeBatch, coins: TreeCoins) -> int array [B, depth + 1]
-        recursive rejection over B draft trees of one shape (layout: `adapters.treebatch`), each row
+        recursive rejection over B draft trees of one shape (layout: `reference.tree_batch`), each row
         the accepted path then one token, -1 padded. Capability "tree". The one-request form
         verify_tree(tree: DraftTree, target_probs [N+1, V], draft_probs [N+1, V] | None, coins [N],
         final_coin) -> emitted ids (or (ids, accepted nodes)) is accepted instead, and called once
@@ -44,7 +44,7 @@ Engine level -- a black box, no coin access (capability "engine"):
                         (`vocab_size`, `logits(prefix) -> float64 [V]` with -inf for probability 0,
                         `probs(prefix, transform)`, vectorised `logits_at(prefix_indices)`); the draft
                         may be the target itself. An adapter with `models = "torch"` gets them as
-                        small torch causal LMs instead (`adapters.torchtoy`: forward(input_ids
+                        small torch causal LMs instead (`reference.torch_toy`: forward(input_ids
                         [B, T]) -> logits [B, T, V], float64, no weights), with `vocab_size`
         prompt          tuple of token ids the runs start from
         kappa           drafts per speculative step

@@ -1,19 +1,18 @@
 """The float64 reference rules as an engine: the audit's positive control (it must pass).
 
 Every protocol level: the compiled chain/greedy/block sampler (`reference.fast`), batched tree
-verification and seeded mode (`vector.VectorSampler`, bit-equal to `reference.tree` / `.chain`), the
-one-request tree form (`reference.tree.tree_verify`) and an engine over toy models
-(`toyengine.SpecEngine` with the compiled sampler).
+verification and seeded mode (`reference.vector.VectorSampler`, bit-equal to `reference.tree` /
+`.chain`), the one-request tree form (`reference.tree.tree_verify`) and an engine over toy models
+(`reference.toy_engine.SpecEngine` with the compiled sampler).
 """
 
 from __future__ import annotations
 
 from specverify import __version__
 from specverify.reference import fast
+from specverify.reference.toy_engine import SpecEngine
 from specverify.reference.tree import tree_verify
-
-from .toyengine import SpecEngine
-from .vector import VectorSampler
+from specverify.reference.vector import VectorSampler
 
 
 class ReferenceEngine:

@@ -29,8 +29,8 @@ ENGINES = {
 
 # prefix -> (factory path taking the rest of the name, description)
 PREFIXED = {
-    "lossy": ("specverify.adapters.lossy:LossyEngine", "a lossy rule, e.g. lossy:threshold_acc=0.9 (must fail)"),
-    "mutant": ("specverify.adapters.mutants:make", "a bug-zoo mutant, e.g. mutant:keep-tail (must fail; `specverify zoo` lists them)"),
+    "lossy": ("specverify.zoo.lossy:LossyEngine", "a lossy rule, e.g. lossy:threshold_acc=0.9 (must fail)"),
+    "mutant": ("specverify.zoo:make", "a bug-zoo mutant, e.g. mutant:keep-tail (must fail; `specverify zoo` lists them)"),
 }
 
 

@@ -16,8 +16,8 @@ import numpy as np
 
 from specverify.reference import rules
 from specverify.reference.batch import Coins, VerifyBatch
+from specverify.reference.tree_batch import TreeBatch, TreeCoins
 
-from specverify.adapters.treebatch import TreeBatch, TreeCoins
 from . import harness
 from .base import FAIL, PASS, CheckResult, Timer
 from .problems import drafted_request

@@ -27,8 +27,8 @@ import numpy as np
 
 from specverify.reference import rules
 from specverify.reference.batch import Coins, VerifyBatch
+from specverify.reference.tree_batch import TreeBatch, TreeCoins, shape_of
 
-from specverify.adapters.treebatch import TreeBatch, TreeCoins, shape_of
 from . import harness
 from .base import FAIL, PASS, WARN, CheckResult, Timer
 from .problems import drafted_request

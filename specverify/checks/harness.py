@@ -23,8 +23,8 @@ import numpy as np
 
 from specverify.errors import AdapterError
 from specverify.reference.batch import Coins, VerifyBatch
+from specverify.reference.tree_batch import TreeBatch, TreeCoins, shape_of
 
-from specverify.adapters.treebatch import TreeBatch, TreeCoins, shape_of
 from .problems import Problem, sample_rows
 
 CHUNK = 32_768  # requests per verify batch

@@ -5,7 +5,7 @@ the V^L sequences (impossible sequences fail exactly).
 Two ways to get runs:
 - engine level (capability "engine"): the adapter's own `generate(target, draft, prompt, kappa,
   transform, seed, n, length)`, a black box (rows `engine.*`);
-- sampler level (capability "chain"): the harness is the engine (`adapters.toyengine.SpecEngine`:
+- sampler level (capability "chain"): the harness is the engine (`reference.toy_engine.SpecEngine`:
   draft, score, commit) and every verify step goes through the adapter's `verify` (rows `chain.*`).
 
 Catches what one step cannot: the KV cache keeping rejected drafts (stale-kv), a draft handed to the
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specverify.adapters.toyengine import SpecEngine
 from specverify.reference import laws
 from specverify.reference.batch import Coins
 from specverify.reference.toy import ToyModel
+from specverify.reference.toy_engine import SpecEngine
 from specverify.reference.transforms import Transform
 
 from . import harness
@@ -94,7 +94,7 @@ def generate(engine, level: str, ctx, what: str, **kw):
     """(tokens [n, length], info) from the adapter (engine level) or the harness-driven sampler."""
     if level == "engine":
         if getattr(engine, "models", "toy") == "torch":        # the adapter runs torch modules
-            from specverify.adapters.torchtoy import as_torch
+            from specverify.reference.torch_toy import as_torch
             same = kw["draft"] is kw["target"]
             kw["target"] = as_torch(kw["target"])
             kw["draft"] = kw["target"] if same else as_torch(kw["draft"])

@@ -12,13 +12,9 @@ one), with the same settings, and print a matrix mutant x check:
   -  the check does not apply          s  skipped            E  the adapter errored
 
 followed by each audit's wall and CPU seconds and the seconds its fastest catching check needs on
-its own.
+its own. --markdown writes the matrix as README.md shows it (no timings).
 Exit 0 only if the reference passes and every mutant is caught; 1 otherwise; 2 on a usage error.
 """
-
-SHORT = {"marginal": "marg", "joint": "joint", "acceptance": "accept", "endpoints": "endpt",
-         "composition": "compos", "greedy": "greedy", "reproducibility": "seeded", "rng_discipline": "rng",
-         "runs": "runs", "transforms": "transf", "identity": "ident"}
 
 
 def register(sub) -> None:
@@ -30,37 +26,17 @@ def register(sub) -> None:
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: the number of cores)")
     p.add_argument("--only", default=None, help="comma-separated subset of engines (reference, mutant:<name>)")
     p.add_argument("--json", metavar="PATH", help="write the zoo result as JSON to PATH")
+    p.add_argument("--markdown", metavar="PATH", help="write README.md's zoo block (the matrix without timings) to PATH")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress line")
     p.set_defaults(func=run)
 
 
-def table(zoo) -> str:
-    heads = [SHORT.get(c, c) for c in zoo.checks]
-    width = max(len(e) for e in zoo.engines)
-    lines = [" " * width + "  " + " ".join(h.rjust(6) for h in heads) + "  verdict   audit s    cpu s  catch s"]
-    for e in zoo.engines:
-        row = zoo.matrix[e]
-        catch = zoo.catch_seconds.get(e)
-        lines.append(e.ljust(width) + "  " + " ".join(row[c].rjust(6) for c in zoo.checks)
-                     + f"  {zoo.verdicts[e].upper():8s}{zoo.seconds[e]:8.2f} {zoo.cpu_seconds.get(e, 0.0):8.2f} "
-                     + (f"{catch:8.2f}" if catch is not None else "       -"))
-    for e, err in zoo.errors.items():
-        lines.append(f"  {e}: error: {err}")
-    lines.append("")
-    n_mut = len(zoo.engines) - 1
-    missed = zoo.missed()
-    lines.append(f"zoo: {'OK' if zoo.ok else 'FAILED'} -- reference {zoo.verdicts.get('reference', '?').upper()}, "
-                 f"{n_mut - len(missed)}/{n_mut} mutants caught"
-                 + (f" (missed: {', '.join(missed)})" if missed else "")
-                 + f", {zoo.wall_seconds:.1f} s wall, {sum(zoo.cpu_seconds.values()):.1f} s CPU in the audits")
-    return "\n".join(lines)
-
-
 def run(args) -> int:
     from specverify.errors import InputError
-    from specverify.io import write_json
+    from specverify.io import write_atomic, write_json
     from specverify.progress import Progress
-    from specverify.zoo import engine_names, run_zoo
+    from specverify.zoo.render import readme_block, table
+    from specverify.zoo.run import engine_names, run_zoo
 
     if args.samples < 1000:
         raise InputError(f"--samples {args.samples}: the zoo needs at least 1000 samples per problem")
@@ -82,6 +58,8 @@ def run(args) -> int:
         progress.done()
     if args.json:
         write_json(args.json, zoo.to_dict())
+    if args.markdown:
+        write_atomic(args.markdown, readme_block(zoo.to_dict()))
     print(table(zoo))
     if "reference" not in names:
         return 0 if not zoo.missed() else 1

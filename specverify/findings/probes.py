@@ -141,7 +141,7 @@ def tree_greedy(engine, rng: np.random.Generator, b: int = 3000) -> list[CheckRe
 
 def assisted_law(n: int, seed: int = 0, vocab: int = 6, length: int = 3, kappa: int = 2,
                  temperature: float = 0.7) -> list[CheckResult]:
-    from specverify.adapters import hf_assisted as hf
+    from specverify.findings import hf_assisted as hf
     with Timer() as t:
         target, assistant = hf.tiny_llama(seed, vocab), hf.tiny_llama(seed + 1, vocab)
         seqs, probs = hf.exact_law(target, (1, 2), length, temperature)
@@ -159,7 +159,7 @@ def assisted_law(n: int, seed: int = 0, vocab: int = 6, length: int = 3, kappa: 
 
 def identity_draft(n: int, seed: int = 0, vocab: int = 6, length: int = 3, kappa: int = 2,
                    temperatures=(0.7, 1.0)) -> list[CheckResult]:
-    from specverify.adapters import hf_assisted as hf
+    from specverify.findings import hf_assisted as hf
     rows = []
     target, assistant = hf.identity_pair(seed, vocab)
     for temperature in temperatures:

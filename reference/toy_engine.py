@@ -29,11 +29,11 @@ import numpy as np
 
 from specverify import __version__
 from specverify.errors import InputError
-from specverify.reference import fast
-from specverify.reference.batch import Coins, VerifyBatch
-from specverify.reference.toy import prefix_indices
-from specverify.reference.transforms import Transform
 
+from . import fast
+from .batch import Coins, VerifyBatch
+from .toy import prefix_indices
+from .transforms import Transform
 from .vector import inverse_cdf
 
 TABLE_MAX_ROWS = 1 << 20        # prefixes tabled per (model, transform)

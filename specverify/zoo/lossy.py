@@ -1,6 +1,6 @@
 """Lossy rules as engines (`lossy:threshold_acc=0.9`, `lossy:threshold_single=0.3`,
-`lossy:typical`, `lossy:typical:epsilon=0.09,delta=0.3`): the audit must FAIL them, and the
-reference states their exact bias."""
+`lossy:typical`, `lossy:typical:epsilon=0.09,delta=0.3`): known-biased rules, labelled wrong like the
+mutants, so the audit must FAIL them; the reference (`reference.lossy`) states their exact bias."""
 
 from __future__ import annotations
 

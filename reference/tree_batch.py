@@ -28,8 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from specverify.errors import InputError
-from specverify.reference import validate
-from specverify.reference.tree import DraftTree
+
+from . import validate
+from .tree import DraftTree
 
 
 def shape_of(branching) -> np.ndarray:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import installed
+from specverify.adapters import installed
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The bug zoo as a whole: audit the reference and every mutant, and tabulate which check catches which.
 
-`run_zoo(...)` audits "reference" and each `mutant:<name>` (`adapters.mutants.MUTANTS`) with the same
+`run_zoo(...)` audits "reference" and each `mutant:<name>` (`specverify.zoo.MUTANTS`) with the same
 settings, in `jobs` worker processes (one audit per task; numba limited to one thread per worker so
 that two workers share two cores), and returns a `ZooResult`:
 
@@ -19,7 +19,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from .audit import BATTERY
+from ..audit import BATTERY
 
 
 @dataclass
@@ -71,9 +71,9 @@ def _slim(audit: dict) -> dict:
 
 def audit_one(name: str, settings: dict) -> dict:
     """Audit one engine by name (runs in a worker); returns the slim audit dict or the error line."""
-    from .adapters.registry import factory
-    from .audit import Context, run_audit
-    from .errors import AdapterError, InputError
+    from ..adapters.registry import factory
+    from ..audit import Context, run_audit
+    from ..errors import AdapterError, InputError
 
     start, cpu = time.perf_counter(), time.process_time()
     try:
@@ -90,7 +90,7 @@ def _worker_init():
 
 
 def engine_names() -> list:
-    from .adapters.mutants import MUTANTS
+    from . import MUTANTS
     return ["reference"] + [f"mutant:{m}" for m in MUTANTS]
 
 

@@ -17,7 +17,7 @@ from named primitives, one line each:
     accept_rows(p, q, x, coin)    accept(p[x], q[x], coin)
     keep_tail                     False: stop at the first rejection
 
-The bug zoo (`specverify.adapters.mutants`) overrides one of them per mutant (the sampler-match rule
+The bug zoo (`specverify.zoo`) overrides one of them per mutant (the sampler-match rule
 three; the seeded-mode mutants `seeded_coins`, which lays each request's stream out as coins), so each
 bug is a few readable lines away from the exact rule.
 
@@ -32,9 +32,9 @@ from __future__ import annotations
 import numpy as np
 
 from specverify import __version__
-from specverify.reference.batch import Coins, VerifyBatch
 
-from .treebatch import TreeBatch, TreeCoins
+from .batch import Coins, VerifyBatch
+from .tree_batch import TreeBatch, TreeCoins
 
 
 def splitmix64(x: np.ndarray) -> np.ndarray:

@@ -1,0 +1,44 @@
+"""The bug zoo: speculative samplers and engines with one real bug each (`specverify audit mutant:<name>`).
+
+Every mutant is the exact implementation (`reference.vector.VectorSampler` for samplers,
+`reference.toy_engine.SpecEngine` for engines) with one primitive overridden; its docstring names the
+engine bug it models and where that bug was seen. The audit must fail every one of them
+(`specverify zoo` shows which checks do). One module per primitive changed:
+
+    acceptance    the acceptance test                      greedy        the argmax and its ties
+    endpoints     coins at 0 and 1, padded drafts          seeded        each request's random stream
+    residual      the recovered token: residual, coin, draw
+    tail          the drafts after a rejection, the bonus row
+    engine_loop   the loop around an exact sampler (what is drafted, what the KV caches keep, which
+                  rows are transformed); these declare only the "engine" capability
+
+Each mutant registers itself where it is defined (`registry.mutant`: its number, name and targets),
+so adding one is one class in one module. Beside them: `lossy` (known-biased rules as engines,
+`lossy:<rule>`), `run` (audit the reference and every mutant: `run_zoo`), `render` (the matrix as
+text).
+
+    MUTANTS   name -> class, in catalogue order
+    TARGETS   name -> the checks meant to catch it
+"""
+
+from __future__ import annotations
+
+from specverify.errors import InputError
+
+from . import acceptance, endpoints, engine_loop, greedy, residual, seeded, tail  # noqa: F401 (they register)
+from .registry import CATALOGUE
+
+_ORDER = sorted(CATALOGUE, key=lambda name: CATALOGUE[name].number)
+MUTANTS = {name: CATALOGUE[name].cls for name in _ORDER}
+TARGETS = {name: CATALOGUE[name].targets for name in _ORDER}
+
+
+def make(name: str):
+    """`mutant:<name>` -> a fresh mutant adapter."""
+    cls = MUTANTS.get(name)
+    if cls is None:
+        raise InputError(f"unknown mutant {name!r}; known: {', '.join(MUTANTS)}")
+    adapter = cls()
+    adapter.name = f"mutant:{name}"
+    adapter.mutant_of = cls.__mro__[1].__name__
+    return adapter

@@ -1,0 +1,74 @@
+"""Mutants of the acceptance test: what decides whether a drafted token is kept.
+
+The exact test is coin * q(x) < p(x) (`reference.vector.VectorSampler.accept`): a ratio of target to
+draft probability at the drafted token, compared with a fresh coin. Each mutant here replaces it with
+a rule that looks similar and is not (a threshold on p, a top-k membership, an inflated ratio, an
+equality with a target draw).
+"""
+
+from __future__ import annotations
+
+from specverify.reference.vector import VectorSampler
+
+from .registry import mutant
+
+
+@mutant(1, "threshold-on-p", targets=("acceptance", "marginal", "identity"))
+class ThresholdOnP(VectorSampler):
+    """Accept a draft iff its target probability clears a fixed threshold (0.2), ignoring q and the
+    coin. The chapter's first "load-bearing" rule: the test is the ratio p(x)/q(x) at the drafted
+    token, "not a threshold on p"; Medusa-style typical acceptance (`lossy:typical`) is the shipped
+    form of this class."""
+
+    def accept(self, p_x, q_x, coin):
+        return p_x >= 0.2
+
+
+@mutant(2, "topk-membership", targets=("acceptance", "marginal", "identity"))
+class TopKMembership(VectorSampler):
+    """Accept a draft iff it is among the target's 2 most likely tokens, ignoring q and the coin: the
+    chapter's first load-bearing rule says the test is the ratio p(x)/q(x), "not a top-k membership
+    test"."""
+
+    k = 2
+
+    def accept_rows(self, p, q, x, coin):
+        return (p > self.drafted_prob(p, x)[:, None]).sum(axis=1) < self.k
+
+
+@mutant(9, "threshold_acc=0.5", targets=("acceptance", "marginal", "runs"))
+class ThresholdAcc05(VectorSampler):
+    """SGLang's `speculative_accept_threshold_acc = 0.5`: every acceptance probability is raised from
+    min(1, p/q) to min(1, p/(0.5 q)) (python/sglang/srt/server_args.py; the CUDA tree sampler tests
+    `coin <= prob_acc / threshold_acc`). A documented knob that voids exactness."""
+
+    def accept(self, p_x, q_x, coin):
+        return coin * q_x * 0.5 < p_x
+
+
+@mutant(10, "threshold_single=0.3", targets=("acceptance", "marginal", "runs"))
+class ThresholdSingle03(VectorSampler):
+    """SGLang's `speculative_accept_threshold_single = 0.3`: a draft whose target probability is at
+    least 0.3 is accepted outright (`target_prob_single >= threshold_single` in
+    speculative_sampling.cuh). A documented knob that voids exactness."""
+
+    def accept(self, p_x, q_x, coin):
+        return (p_x >= 0.3) | (coin * q_x < p_x)
+
+
+@mutant(18, "sampler-match", targets=("acceptance", "identity"))
+class SamplerMatch(VectorSampler):
+    """Accept a draft iff it equals a token drawn from the target with the position's coin, and emit
+    that draw otherwise (ml-explore/mlx-swift-lm#459, lablup/mlxcel#902 and #992). Every emitted token
+    is a fresh target draw, so the output stream is exact (mlxcel#992 measured this); what is wrong is
+    the acceptance rate, sum_x p(x) q(x) instead of 1 - TV(p, q): a speed bug the acceptance check
+    (and the one-step chunk law) sees and the multi-step joint law cannot."""
+
+    def accept_rows(self, p, q, x, coin):
+        return self.draw(p, coin) == x
+
+    def residual(self, p, q):
+        return p
+
+    def residual_coin(self, accept_coin, final_coin):
+        return accept_coin

@@ -1,0 +1,80 @@
+"""The zoo's matrix (engine x check) as text.
+
+    table(zoo)           a `ZooResult` -> what `specverify zoo` prints: the matrix, each audit's wall,
+                         CPU and catch seconds, and the summary line
+    readme_block(result) a zoo result dict (what `specverify zoo --json` writes, or a report's
+                         summary.json) -> README.md's ```console block: the matrix and the summary line
+                         without timings, leaving out checks that apply to no engine of the zoo
+
+Cells: X some row of the check failed, . every row passed, - the check does not apply, s skipped,
+E the adapter errored.
+"""
+
+from __future__ import annotations
+
+from specverify.errors import InputError
+from specverify.reports.analysis import ZOO_SYMBOLS
+
+# column heads: check -> at most CELL characters
+SHORT = {"marginal": "marg", "joint": "joint", "acceptance": "accept", "endpoints": "endpt",
+         "composition": "compos", "greedy": "greedy", "reproducibility": "seeded", "rng_discipline": "rng",
+         "runs": "runs", "transforms": "transf", "identity": "ident"}
+CELL = 6                                                   # width of a matrix column
+SYMBOLS = {verdict: symbol for symbol, verdict in ZOO_SYMBOLS.items()}   # a Matrix verdict -> its cell
+README_COMMAND = "$ specverify zoo"
+
+
+def _matrix_line(name: str, width: int, cells) -> str:
+    return name.ljust(width) + "  " + " ".join(cell.rjust(CELL) for cell in cells)
+
+
+def _summary(ok: bool, reference: str, n_mutants: int, missed: list) -> str:
+    return (f"zoo: {'OK' if ok else 'FAILED'} -- reference {reference.upper()}, "
+            f"{n_mutants - len(missed)}/{n_mutants} mutants caught"
+            + (f" (missed: {', '.join(missed)})" if missed else ""))
+
+
+def table(zoo) -> str:
+    width = max(len(e) for e in zoo.engines)
+    lines = [_matrix_line("", width, [SHORT.get(c, c) for c in zoo.checks]) + "  verdict   audit s    cpu s  catch s"]
+    for e in zoo.engines:
+        row = zoo.matrix[e]
+        catch = zoo.catch_seconds.get(e)
+        lines.append(_matrix_line(e, width, [row[c] for c in zoo.checks])
+                     + f"  {zoo.verdicts[e].upper():8s}{zoo.seconds[e]:8.2f} {zoo.cpu_seconds.get(e, 0.0):8.2f} "
+                     + (f"{catch:8.2f}" if catch is not None else "       -"))
+    for e, err in zoo.errors.items():
+        lines.append(f"  {e}: error: {err}")
+    lines.append("")
+    lines.append(_summary(zoo.ok, zoo.verdicts.get("reference", "?"), len(zoo.engines) - 1, zoo.missed())
+                 + f", {zoo.wall_seconds:.1f} s wall, {sum(zoo.cpu_seconds.values()):.1f} s CPU in the audits")
+    return "\n".join(lines)
+
+
+def _cells(result: dict):
+    """(checks, {engine: ({check: cell}, verdict)}) of a zoo result: the shape `specverify zoo --json`
+    writes ({"checks", "engines": {name: {"row", "verdict"}}}) or a report's summary.json ({"zoo":
+    {"rows", "cols", "verdict": [rows][cols] pass | fail | ..., "row_verdict"}})."""
+    if isinstance(result.get("engines"), dict) and isinstance(result.get("checks"), list):
+        return result["checks"], {e: (v["row"], v["verdict"]) for e, v in result["engines"].items()}
+    z = result.get("zoo")
+    if isinstance(z, dict) and {"rows", "cols", "verdict", "row_verdict"} <= set(z):
+        return z["cols"], {e: (dict(zip(z["cols"], (SYMBOLS[v] for v in row))), verdict)
+                           for e, row, verdict in zip(z["rows"], z["verdict"], z["row_verdict"])}
+    raise InputError("zoo result: expected the {checks, engines} of `specverify zoo --json` or the "
+                     "{zoo: {rows, cols, verdict, row_verdict}} of a report's summary.json")
+
+
+def readme_block(result: dict) -> str:
+    """README.md's zoo block, rendered from a zoo result (see the module docstring)."""
+    checks, engines = _cells(result)
+    kept = [c for c in checks if any(row[c] != "-" for row, _ in engines.values())]
+    width = max(len(e) for e in engines)
+    lines = ["```console", README_COMMAND, _matrix_line("", width, [SHORT.get(c, c) for c in kept]) + "  verdict"]
+    for e, (row, verdict) in engines.items():
+        lines.append(_matrix_line(e, width, [row[c] for c in kept]) + "  " + verdict.upper())
+    verdicts = {e: verdict for e, (_, verdict) in engines.items()}
+    missed = [e for e, verdict in verdicts.items() if e != "reference" and verdict != "fail"]
+    reference = verdicts.get("reference", "?")
+    lines += ["", _summary(reference == "pass" and not missed, reference, len(engines) - 1, missed), "```"]
+    return "\n".join(lines) + "\n"
