@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from specverify.settings import DEFAULTS
+
 HELP = """\
 Audit the exact reference and every mutant of the bug zoo (`specverify audit mutant:<name>` audits
 one), with the same settings, and print a matrix mutant x check:
@@ -20,9 +22,11 @@ Exit 0 only if the reference passes and every mutant is caught; 1 otherwise; 2 o
 def register(sub) -> None:
     p = sub.add_parser("zoo", help="audit the reference and every bug-zoo mutant", description=HELP,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seed", type=int, default=0, help="seed of every audit (default 0)")
-    p.add_argument("--samples", type=int, default=200_000, help="samples per statistical problem (default 200000)")
-    p.add_argument("--alpha", type=float, default=1e-3, help="family-wise false-alarm rate of each audit (default 1e-3)")
+    p.add_argument("--seed", type=int, default=DEFAULTS.seed, help=f"seed of every audit (default {DEFAULTS.seed})")
+    p.add_argument("--samples", type=int, default=DEFAULTS.samples,
+                   help=f"samples per statistical problem (default {DEFAULTS.samples})")
+    p.add_argument("--alpha", type=float, default=DEFAULTS.alpha,
+                   help=f"family-wise false-alarm rate of each audit (default {DEFAULTS.alpha:g})")
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: the number of cores)")
     p.add_argument("--only", default=None, help="comma-separated subset of engines (reference, mutant:<name>)")
     p.add_argument("--json", metavar="PATH", help="write the zoo result as JSON to PATH")
@@ -38,10 +42,17 @@ def run(args) -> int:
     from specverify.zoo.render import readme_block, table
     from specverify.zoo.run import engine_names, run_zoo
 
+    from specverify.audit import BATTERY
+    from specverify.io import check_writable
+    from specverify.settings import check_value
+
+    for name in ("seed", "samples", "alpha"):
+        check_value(name, getattr(args, name), BATTERY, label=f"--{name}")
     if args.samples < 1000:
         raise InputError(f"--samples {args.samples}: the zoo needs at least 1000 samples per problem")
-    if not 0 < args.alpha < 1:
-        raise InputError(f"--alpha {args.alpha}: must be in (0, 1)")
+    for path in (args.json, args.markdown):
+        if path:
+            check_writable(path)
     if args.jobs is not None and args.jobs < 1:
         raise InputError(f"--jobs {args.jobs}: must be at least 1")
     names = engine_names()

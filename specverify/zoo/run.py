@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..audit import BATTERY
+from ..settings import DEFAULTS
 
 
 @dataclass
@@ -71,14 +72,12 @@ def _slim(audit: dict) -> dict:
 
 def audit_one(name: str, settings: dict) -> dict:
     """Audit one engine by name (runs in a worker); returns the slim audit dict or the error line."""
-    from ..adapters.registry import factory
-    from ..audit import Context, run_audit
+    from ..audit import prepare
     from ..errors import AdapterError, InputError
 
     start, cpu = time.perf_counter(), time.process_time()
     try:
-        make = factory(name)
-        result = run_audit(make(), Context(**settings), factory=make)
+        result = prepare(name, settings).run()
         out = {"name": name, "audit": _slim(result.to_dict())}
     except (AdapterError, InputError) as exc:
         out = {"name": name, "error": str(exc)}
@@ -94,8 +93,8 @@ def engine_names() -> list:
     return ["reference"] + [f"mutant:{m}" for m in MUTANTS]
 
 
-def run_zoo(names=None, *, seed: int = 0, samples: int = 200_000, alpha: float = 1e-3, timeout: float = 120.0,
-            jobs: int | None = None, progress=None) -> ZooResult:
+def run_zoo(names=None, *, seed: int = DEFAULTS.seed, samples: int = DEFAULTS.samples, alpha: float = DEFAULTS.alpha,
+            timeout: float = DEFAULTS.timeout, jobs: int | None = None, progress=None) -> ZooResult:
     names = list(names or engine_names())
     settings = {"seed": seed, "samples": samples, "alpha": alpha, "timeout": timeout}
     jobs = max(1, jobs or min(len(names), os.cpu_count() or 1))
