@@ -9,7 +9,7 @@ verification and seeded mode (`reference.vector.VectorSampler`, bit-equal to `re
 from __future__ import annotations
 
 from specverify import __version__
-from specverify.reference import fast
+from specverify.reference import fast, rules
 from specverify.reference.toy_engine import SpecEngine
 from specverify.reference.tree import tree_verify
 from specverify.reference.vector import VectorSampler
@@ -25,10 +25,10 @@ class ReferenceEngine:
         self._engine = SpecEngine()
 
     def verify(self, batch, coins):
-        return fast.verify_batch(batch, coins, rule="chain")
+        return fast.verify_batch(batch, coins, rule=rules.CHAIN.name)
 
     def verify_block(self, batch, coins):
-        return fast.verify_batch(batch, coins, rule="block")
+        return fast.verify_batch(batch, coins, rule=rules.BLOCK.name)
 
     def verify_trees(self, batch, coins):
         return self._vector.verify_trees(batch, coins)
@@ -37,7 +37,7 @@ class ReferenceEngine:
         return tree_verify(tree, target_probs, draft_probs, coins, final_coin)
 
     def verify_seeded(self, batch, seeds):
-        return fast.verify_batch(batch, self._vector.seeded_coins(batch, seeds), rule="chain")
+        return fast.verify_batch(batch, self._vector.seeded_coins(batch, seeds), rule=rules.CHAIN.name)
 
     def generate(self, target, draft, prompt, kappa, transform, seed, n, length):
         return self._engine.generate(target, draft, prompt, kappa, transform, seed, n, length)

@@ -4,9 +4,11 @@ mutants, so the audit must FAIL them; the reference (`reference.lossy`) states t
 
 from __future__ import annotations
 
+import dataclasses
+
 from specverify import __version__
 from specverify.errors import InputError
-from specverify.reference import fast, lossy
+from specverify.reference import fast, rules
 
 KINDS = {
     "threshold_acc": ("threshold", {"threshold_acc", "threshold_single"}),
@@ -39,8 +41,7 @@ def parse(spec: str):
             raise InputError(f"lossy rule {head}: {key}={val!r} is not a number") from None
         if not values[key] > 0:
             raise InputError(f"lossy rule {head}: {key} must be > 0")
-    rule = lossy.ThresholdRule(**values) if kind == "threshold" else lossy.TypicalRule(**values)
-    return kind, rule
+    return kind, rules.RULES[kind].reference(**values)
 
 
 class LossyEngine:
@@ -50,10 +51,8 @@ class LossyEngine:
     def __init__(self, spec: str):
         self.kind, self.rule = parse(spec)
         self.name = f"lossy:{spec}"
-        if self.kind == "threshold":
-            self.params = (self.rule.threshold_single, self.rule.threshold_acc)
-        else:
-            self.params = (self.rule.epsilon, self.rule.delta)
+        self.params = dataclasses.astuple(self.rule)     # the compiled kernel's (threshold_single, threshold_acc)
+                                                         # or (epsilon, delta), in field order
 
     def verify(self, batch, coins):
         return fast.verify_batch(batch, coins, rule=self.kind, params=self.params)
