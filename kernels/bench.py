@@ -168,7 +168,7 @@ def triton_interpreter_timings(reps: int = 3) -> dict:
     import torch
 
     from .backend import get_backend
-    from .triton_backend import require_triton
+    from .triton_common import require_triton
     try:
         require_triton()
     except Exception as exc:                           # noqa: BLE001 -- reported, not raised
@@ -249,7 +249,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH ('-' = stdout)")
     args = ap.parse_args(argv)
     if not args.no_triton:
-        from .triton_backend import interpret_without_gpu
+        from .triton_common import interpret_without_gpu
         interpret_without_gpu()
     if args.threads:
         import torch

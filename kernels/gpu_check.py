@@ -178,7 +178,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import torch
 
-    from .triton_backend import interpret_without_gpu, interpreting
+    from .triton_common import interpret_without_gpu, interpreting
     if not args.smoke:
         if not torch.cuda.is_available():
             print(json.dumps({"ok": False, "error": "no CUDA device (use --smoke for the interpreter)"}))

@@ -223,7 +223,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     names = args.backend or ["invariant", "default"]
     from .backend import get_backend
-    from .triton_backend import interpret_without_gpu, interpreting
+    from .triton_common import interpret_without_gpu, interpreting
     if "triton" in names:
         interpret_without_gpu()
     rows = []

@@ -27,7 +27,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .triton_backend import interpreting
+from .triton_common import interpreting
 
 BLOCK_M = 16
 BLOCK_N = 32
