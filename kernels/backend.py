@@ -121,7 +121,7 @@ def get_backend(name: str = "default"):
 def _load_builtin() -> None:
     """Import the modules that register the other backends (they are optional)."""
     import importlib
-    for mod in ("invariant", "triton_backend"):
+    for mod in ("cpu_backend", "triton_backend"):
         try:
             importlib.import_module(f"{__package__}.{mod}")
         except ModuleNotFoundError as exc:

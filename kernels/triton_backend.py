@@ -4,7 +4,7 @@ On a CUDA GPU the kernels compile for it (pass CUDA tensors). On a CPU they run 
 interpreter, which must be chosen before the kernel modules are imported: set TRITON_INTERPRET=1
 in the environment before starting Python (the test suite's conftest does). Without either, the
 backend refuses with a one-line InputError. The interpreter is slow (`python -m
-specverify.kernels.bench` times it on a small shape): it is for checking the kernels, the
+specverify.kerneltools.bench` times it on a small shape): it is for checking the kernels, the
 "invariant" backend is the fast CPU path.
 """
 

@@ -19,7 +19,7 @@ tl.sum(a[:, :, None] * b[None, :, :], axis=1) -- rounded fp32 products summed in
 the same for every row (bf16/fp16 tiles are widened to fp32 first, exactly). Out-of-range rows and
 k are loaded as 0 and contribute exact zeros. So a row's bits depend on its own data, K and the
 tile sizes only -- not on M, on the other rows, or on where the row sits (the tests check every
-position 0..BLOCK_M-1 under the interpreter; `gpu_check.py` checks the MMA path on a GPU).
+position 0..BLOCK_M-1 under the interpreter; `kerneltools/gpu_check.py` checks the MMA path on a GPU).
 """
 
 from __future__ import annotations

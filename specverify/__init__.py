@@ -7,6 +7,7 @@ Subpackages, one concern each:
 - ``specverify.checks``: the audit battery, one module a check.
 - ``specverify.adapters``: the engines that can be audited (ours, other engines, plug-ins, mutants).
 - ``specverify.kernels`` (folder ``kernels/``): batch-invariant Triton kernels and op backends.
+- ``specverify.kerneltools``: the tools that check and measure the kernels (invariance, GPU script, bench).
 - ``specverify.engine``: our speculative engine.
 - ``specverify.reports``: report generation.
 """

@@ -2,7 +2,7 @@
 order, accuracy against float64 NumPy, and the negative control (the "default" backend fails the
 same invariance harness on shapes where it demonstrably does).
 
-Invariance: `kernels/invariance.py` (row r of a launch over M rows, M = 1..64, in a contiguous
+Invariance: `kerneltools/invariance.py` (row r of a launch over M rows, M = 1..64, in a contiguous
 block and in a shuffled composition with repeats, must equal row r launched alone; attention: a
 query's output in mixed decode/verify/prefill launches must equal its own decode step).
 
@@ -23,8 +23,9 @@ import numpy as np
 import pytest
 import torch
 
-from specverify.kernels import accuracy, cpu_linear, invariance
+from specverify.kernels import accuracy, cpu_linear
 from specverify.kernels.backend import get_backend
+from specverify.kerneltools import invariance
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
@@ -178,7 +179,7 @@ def test_attention_query_matches_its_decode_step_in_any_launch(inv, dims):
 
 
 def test_parallel_kernels_give_the_same_bits():
-    from specverify.kernels.invariant import InvariantBackend
+    from specverify.kernels.cpu_backend import InvariantBackend
     serial, par = InvariantBackend(), InvariantBackend(parallel=True)
     g = torch.Generator().manual_seed(5)
     x, w = torch.randn(37, 576, generator=g), torch.randn(960, 576, generator=g)

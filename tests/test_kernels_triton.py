@@ -3,7 +3,7 @@ bitwise batch invariance per op and dtype, accuracy against float64 NumPy, and t
 when neither a GPU nor the interpreter is available. Shapes are small: the interpreter runs every
 program in Python.
 
-Invariance (kernels/invariance.py): linear over every M in 1..64 (all row positions of its
+Invariance (kerneltools/invariance.py): linear over every M in 1..64 (all row positions of its
 16-row tiles, several tiles); the one-program-per-row ops over M in SIZES (1..64, both tile
 edges); attention queries in mixed decode/verify/prefill launches vs their own decode step.
 
@@ -26,8 +26,9 @@ import numpy as np
 import pytest
 import torch
 
-from specverify.kernels import accuracy, invariance
+from specverify.kernels import accuracy
 from specverify.kernels.backend import get_backend
+from specverify.kerneltools import invariance
 
 pytest.importorskip("triton")
 

@@ -1,6 +1,6 @@
 """Benchmark: the "invariant" CPU backend against the "default" backend (and the Triton kernels).
 
-    python -m specverify.kernels.bench [--layers 30] [--context 128] [--rounds 5] [--json PATH|-]
+    python -m specverify.kerneltools.bench [--layers 30] [--context 128] [--rounds 5] [--json PATH|-]
 
 A layer stack of SmolLM2-135M's shapes (random fp32 weights: D 576, 9 query / 3 KV heads of 64,
 FFN 1536, vocab 49152, tied head, 30 layers; weights stored [in, out] like the engine's) runs one
@@ -115,8 +115,8 @@ def run_bench(n_layers: int = 30, context: int = 128, kappas=(3, 7), rounds: int
               parallel: bool = False, triton_small: bool = True, seed: int = 0) -> BenchResult:
     import torch
 
-    from .backend import get_backend
-    from .invariant import InvariantBackend
+    from specverify.kernels.backend import get_backend
+    from specverify.kernels.cpu_backend import InvariantBackend
     model = LayerStack(n_layers, seed)
     backends = {"default": get_backend("default"), "invariant": InvariantBackend(parallel=parallel)}
     g = torch.Generator().manual_seed(seed + 7)
@@ -167,8 +167,8 @@ def triton_interpreter_timings(reps: int = 3) -> dict:
     import numpy as np
     import torch
 
-    from .backend import get_backend
-    from .triton_common import require_triton
+    from specverify.kernels.backend import get_backend
+    from specverify.kernels.triton_common import require_triton
     try:
         require_triton()
     except Exception as exc:                           # noqa: BLE001 -- reported, not raised
@@ -196,7 +196,7 @@ def triton_interpreter_timings(reps: int = 3) -> dict:
     }
     from specverify.reference.batch import Coins, VerifyBatch
 
-    from . import sampler
+    from specverify.kernels import sampler
     rng = np.random.default_rng(0)
     p = rng.dirichlet(np.ones(64), size=8)
     batch = VerifyBatch.from_requests([([1, 2, 3], p[:4], p[4:7], False), ([5], p[6:8], p[7:8], False)])
@@ -236,7 +236,7 @@ def format_table(res: BenchResult) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m specverify.kernels.bench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m specverify.kerneltools.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--layers", type=int, default=30)
     ap.add_argument("--context", type=int, default=128, help="KV positions already in the cache")
     ap.add_argument("--kappa", type=int, action="append", default=None, help="verify steps of kappa+1 tokens (default 3, 7)")
@@ -249,7 +249,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH ('-' = stdout)")
     args = ap.parse_args(argv)
     if not args.no_triton:
-        from .triton_common import interpret_without_gpu
+        from specverify.kernels.triton_common import interpret_without_gpu
         interpret_without_gpu()
     if args.threads:
         import torch

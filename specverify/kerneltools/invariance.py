@@ -214,16 +214,16 @@ def battery(be, quick: bool = False, device="cpu") -> list:
 
 
 def main(argv=None) -> int:
-    """python -m specverify.kernels.invariance [--backend NAME ...] [--json]: the battery as a table."""
+    """python -m specverify.kerneltools.invariance [--backend NAME ...] [--json]: the battery as a table."""
     import argparse
     import json
-    ap = argparse.ArgumentParser(prog="python -m specverify.kernels.invariance")
+    ap = argparse.ArgumentParser(prog="python -m specverify.kerneltools.invariance")
     ap.add_argument("--backend", action="append", default=None, help="default, invariant, triton (repeatable)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     names = args.backend or ["invariant", "default"]
-    from .backend import get_backend
-    from .triton_common import interpret_without_gpu, interpreting
+    from specverify.kernels.backend import get_backend
+    from specverify.kernels.triton_common import interpret_without_gpu, interpreting
     if "triton" in names:
         interpret_without_gpu()
     rows = []

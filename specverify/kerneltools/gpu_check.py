@@ -1,7 +1,7 @@
 """GPU check: the Triton kernels' invariance, exactness and speed on a real CUDA device, as JSON.
 
-    python -m specverify.kernels.gpu_check [--out FILE]     # on a CUDA machine, TRITON_INTERPRET unset
-    python -m specverify.kernels.gpu_check --smoke          # tiny shapes, any device (the interpreter
+    python -m specverify.kerneltools.gpu_check [--out FILE]     # on a CUDA machine, TRITON_INTERPRET unset
+    python -m specverify.kerneltools.gpu_check --smoke          # tiny shapes, any device (the interpreter
                                                             # on a CPU): keeps this script from rotting
 
 It runs, with the kernels compiled for the device (no interpreter):
@@ -50,8 +50,10 @@ def run(smoke: bool = False) -> dict:
     from specverify.reference.tree import DraftTree
     from specverify.reference.tree import tree_verify as ref_tree
 
-    from . import invariance, sampler
-    from .backend import get_backend
+    from specverify.kernels import sampler
+    from specverify.kernels.backend import get_backend
+
+    from . import invariance
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tri = get_backend("triton")
     default = get_backend("default")
@@ -172,13 +174,13 @@ def run(smoke: bool = False) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m specverify.kernels.gpu_check", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m specverify.kerneltools.gpu_check", description=__doc__.split("\n\n")[0])
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on any device (interpreter on a CPU)")
     ap.add_argument("--out", help="also write the JSON to this file")
     args = ap.parse_args(argv)
     import torch
 
-    from .triton_common import interpret_without_gpu, interpreting
+    from specverify.kernels.triton_common import interpret_without_gpu, interpreting
     if not args.smoke:
         if not torch.cuda.is_available():
             print(json.dumps({"ok": False, "error": "no CUDA device (use --smoke for the interpreter)"}))

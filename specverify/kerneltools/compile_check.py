@@ -13,7 +13,7 @@ from __future__ import annotations
 
 
 def _specs():
-    from . import (sampler_bonus, sampler_chain, sampler_greedy, sampler_recovered, sampler_tree, triton_attention,
+    from specverify.kernels import (sampler_bonus, sampler_chain, sampler_greedy, sampler_recovered, sampler_tree, triton_attention,
                    triton_linear, triton_rms_norm, triton_rotary, triton_silu_mul, triton_softmax)
     i32 = "*i32"
     f64 = "*fp64"
