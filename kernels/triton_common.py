@@ -1,4 +1,4 @@
-"""Shared pieces of the Triton kernels: where they run.
+"""Shared pieces of the Triton kernels: where they run, and how each compiles ahead of time.
 
 The kernels run on a CUDA GPU, or on a CPU under Triton's interpreter, which must be chosen before
 any kernel module is imported (TRITON_INTERPRET=1 in the environment before Python starts; the
@@ -10,6 +10,7 @@ modules: nothing here imports a kernel or a backend.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 
 
 def interpreting() -> bool:
@@ -44,3 +45,18 @@ def require_triton() -> None:
     raise InputError("the Triton kernels need a CUDA GPU or TRITON_INTERPRET=1 set before Python starts "
                      "(e.g. TRITON_INTERPRET=1 specverify ...)")
 
+
+@dataclass(frozen=True)
+class CompileSpec:
+    """How one kernel compiles ahead of time for a CUDA target: every kernel module lists its kernels
+    in COMPILE, beside the launcher (`specverify.kerneltools.compile_check` compiles them all). The
+    name in the report, the @triton.jit function, the argument types the launcher passes where they
+    differ from the defaults (a `*_ptr` argument is *fp32, any other i32), the constexprs of a
+    SmolLM2-sized launch, and whether multiply-adds may fuse to FMA (the sampler kernels launch with
+    enable_fp_fusion=False)."""
+
+    name: str
+    kernel: object
+    types: dict = field(default_factory=dict)
+    constexprs: dict = field(default_factory=dict)
+    fp_fusion: bool = True

@@ -27,7 +27,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .triton_common import interpreting
+from .triton_common import CompileSpec, interpreting
 
 BLOCK_M = 16
 BLOCK_N = 32
@@ -77,3 +77,11 @@ def linear(x, w):
     # downcasts happen in torch (round to nearest even): the interpreter's in-kernel fp32 -> bf16
     # conversion truncates, which would make the interpreter and a GPU disagree
     return y if x.dtype == torch.float32 else y.to(x.dtype)
+
+
+COMPILE = (
+    CompileSpec("linear[fp32]", _linear_kernel,
+                constexprs=dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, IEEE=True, SUM_DOT=False)),
+    CompileSpec("linear[bf16]", _linear_kernel, {"x_ptr": "*bf16", "w_ptr": "*bf16"},
+                dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, IEEE=False, SUM_DOT=False)),
+)
