@@ -100,7 +100,7 @@ _BACKENDS = {"default": DefaultBackend}
 
 
 def register_backend(name: str, factory) -> None:
-    """Make `get_backend(name)` return `factory()`; used by the invariant and Triton modules."""
+    """Make `get_backend(name)` return `factory()`; used by `cpu_backend` ("invariant") and `triton_backend`."""
     _BACKENDS[name] = factory
 
 
