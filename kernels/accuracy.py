@@ -11,7 +11,8 @@ output dtype, u32 = 2^-24 (the fp32 accumulation), tiny = half a subnormal step 
     rotary     (8 u32 + u) (|x0| + |x1|) + tiny            over each rotated pair
     attention  1e-5 absolute (fp32 inputs)
 
-The tests of every backend check their ops against these (tests/test_kernels_*.py).
+The tests of every backend check their ops against these (tests/test_kernels_*.py), and so does
+`specverify.kerneltools.accuracy_check` for every op of the registry (`registry.py`).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def silu_mul(gate, up):
 def rotary(x, positions, theta: float):
     xd = f64(x)
     dh = xd.shape[-1]
-    ang = positions.double().numpy()[:, None] * theta ** (-np.arange(0, dh, 2) / dh)[None, :]
+    ang = positions.double().cpu().numpy()[:, None] * theta ** (-np.arange(0, dh, 2) / dh)[None, :]
     c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
     ref = np.empty_like(xd)
     ref[..., 0::2] = xd[..., 0::2] * c - xd[..., 1::2] * s
@@ -81,7 +82,7 @@ def attention(q, k_cache, v_cache, block_tables, context_lens, cu_seqlens_q, sca
         for row in range(q0, q1):
             pos = n_ctx - (q1 - q0) + (row - q0)
             kv_pos = np.arange(pos + 1)
-            blk = block_tables[b].numpy()[kv_pos // bs]
+            blk = block_tables[b].cpu().numpy()[kv_pos // bs]
             for h in range(hq):
                 k = kd[blk, kv_pos % bs, h // (hq // hkv)]
                 v = vd[blk, kv_pos % bs, h // (hq // hkv)]

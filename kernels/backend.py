@@ -100,7 +100,7 @@ _BACKENDS = {"default": DefaultBackend}
 
 
 def register_backend(name: str, factory) -> None:
-    """Make `get_backend(name)` return `factory()`; used by the invariant and Triton modules."""
+    """Make `get_backend(name)` return `factory()`; used by `cpu_backend` ("invariant") and `triton_backend`."""
     _BACKENDS[name] = factory
 
 
@@ -121,7 +121,7 @@ def get_backend(name: str = "default"):
 def _load_builtin() -> None:
     """Import the modules that register the other backends (they are optional)."""
     import importlib
-    for mod in ("invariant", "triton_backend"):
+    for mod in ("cpu_backend", "triton_backend"):
         try:
             importlib.import_module(f"{__package__}.{mod}")
         except ModuleNotFoundError as exc:

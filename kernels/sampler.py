@@ -36,7 +36,7 @@ from specverify.reference.tree import DraftTree
 
 
 def _device():
-    from .triton_backend import require_triton
+    from .triton_common import require_triton
     require_triton()
     import torch
     return "cuda" if torch.cuda.is_available() else "cpu"

@@ -12,6 +12,7 @@ import triton
 import triton.language as tl
 
 from .sampler_draw import MODE_TARGET, draw
+from .triton_common import CompileSpec
 
 
 @triton.jit
@@ -31,3 +32,9 @@ def bonus_tokens(target, num_draft, row_start, greedy, final, out):
     _bonus_kernel[(b,)](target, num_draft, row_start, greedy, final, out, target.shape[1], target.stride(0),
                         enable_fp_fusion=False)
     return out
+
+
+COMPILE = (CompileSpec(
+    "sampler_bonus", _bonus_kernel,
+    {"target_ptr": "*fp64", "num_draft_ptr": "*i32", "row_start_ptr": "*i32", "greedy_ptr": "*i32",
+     "final_ptr": "*fp64", "out_ptr": "*i64"}, fp_fusion=False),)

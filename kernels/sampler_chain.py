@@ -19,6 +19,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .triton_common import CompileSpec
+
 
 @triton.jit
 def _chain_kernel(target_ptr, draft_ptr, draft_ids_ptr, num_draft_ptr, draft_start_ptr, row_start_ptr,
@@ -58,3 +60,10 @@ def chain_verify(target, draft, draft_ids, num_draft, draft_start, row_start, gr
                         bonus, out, target.stride(0), q.stride(0), out.stride(0), HAS_Q=has_q,
                         enable_fp_fusion=False)
     return out
+
+
+COMPILE = (CompileSpec(
+    "sampler_chain", _chain_kernel,
+    {"target_ptr": "*fp64", "draft_ptr": "*fp64", "draft_ids_ptr": "*i32", "num_draft_ptr": "*i32",
+     "draft_start_ptr": "*i32", "row_start_ptr": "*i32", "greedy_ptr": "*i32", "accept_ptr": "*fp64",
+     "recovered_ptr": "*i64", "bonus_ptr": "*i64", "out_ptr": "*i64"}, dict(HAS_Q=True), fp_fusion=False),)

@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 
 from .sampler_draw import argmax_row
+from .triton_common import CompileSpec
 
 BLOCK_V = 1024
 
@@ -43,3 +44,9 @@ def greedy_verify(target, draft_ids, num_draft, draft_start, row_start, greedy, 
                          target.shape[1], target.stride(0), out.stride(0), BLOCK_V=BLOCK_V,
                          enable_fp_fusion=False)
     return out
+
+
+COMPILE = (CompileSpec(
+    "sampler_greedy", _greedy_kernel,
+    {"target_ptr": "*fp64", "draft_ids_ptr": "*i32", "num_draft_ptr": "*i32", "draft_start_ptr": "*i32",
+     "row_start_ptr": "*i32", "greedy_ptr": "*i32", "out_ptr": "*i64"}, dict(BLOCK_V=BLOCK_V), fp_fusion=False),)

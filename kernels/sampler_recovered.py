@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 from .sampler_draw import MODE_DETERMINISTIC, MODE_RESIDUAL, MODE_TARGET, draw, total_weight
+from .triton_common import CompileSpec
 
 
 @triton.jit
@@ -51,3 +52,10 @@ def recovered_tokens(target, draft, draft_ids, req, local, row_start, greedy, fi
                             target.shape[1], target.stride(0), q.stride(0), HAS_Q=has_q,
                             enable_fp_fusion=False)
     return out
+
+
+COMPILE = (CompileSpec(
+    "sampler_recovered", _recovered_kernel,
+    {"target_ptr": "*fp64", "draft_ptr": "*fp64", "draft_ids_ptr": "*i32", "req_ptr": "*i32", "local_ptr": "*i32",
+     "row_start_ptr": "*i32", "greedy_ptr": "*i32", "final_ptr": "*fp64", "out_ptr": "*i64"}, dict(HAS_Q=True),
+    fp_fusion=False),)

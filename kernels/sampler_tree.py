@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 from .sampler_draw import MODE_TARGET, draw
+from .triton_common import CompileSpec
 
 BLOCK_V = 1024
 
@@ -103,3 +104,10 @@ def tree_verify(tokens, parents, target, draft, coins, final_coin: float, out_to
                        n, v, target.stride(0), q.stride(0), HAS_Q=has_q, BLOCK_V=BLOCK_V,
                        enable_fp_fusion=False)
     return out_tokens, out_path
+
+
+COMPILE = (CompileSpec(
+    "sampler_tree", _tree_kernel,
+    {"tokens_ptr": "*i32", "parents_ptr": "*i32", "target_ptr": "*fp64", "draft_ptr": "*fp64", "coins_ptr": "*fp64",
+     "final_ptr": "*fp64", "r_ptr": "*fp64", "w_ptr": "*fp64", "out_tokens_ptr": "*i64", "out_path_ptr": "*i64"},
+    dict(HAS_Q=False, BLOCK_V=BLOCK_V), fp_fusion=False),)

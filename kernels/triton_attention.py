@@ -26,6 +26,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .triton_common import CompileSpec
+
 BLOCK_KV = 16
 
 
@@ -98,3 +100,8 @@ def attention(q, k_cache, v_cache, block_tables, context_lens, cu_seqlens_q, sca
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), bt.stride(0), out.stride(0), out.stride(1),
         HEAD_DIM=dh, BLOCK_D=triton.next_power_of_2(dh), BLOCK_KV=BLOCK_KV)
     return out if q.dtype == torch.float32 else out.to(q.dtype)     # downcast in torch (RTNE)
+
+
+COMPILE = (CompileSpec("attention", _attention_kernel,
+                       {"bt_ptr": "*i32", "req_ptr": "*i64", "pos_ptr": "*i64", "scale": "fp32"},
+                       dict(HEAD_DIM=64, BLOCK_D=64, BLOCK_KV=BLOCK_KV)),)

@@ -4,48 +4,14 @@ On a CUDA GPU the kernels compile for it (pass CUDA tensors). On a CPU they run 
 interpreter, which must be chosen before the kernel modules are imported: set TRITON_INTERPRET=1
 in the environment before starting Python (the test suite's conftest does). Without either, the
 backend refuses with a one-line InputError. The interpreter is slow (`python -m
-specverify.kernels.bench` times it on a small shape): it is for checking the kernels, the
+specverify.kerneltools.bench` times it on a small shape): it is for checking the kernels, the
 "invariant" backend is the fast CPU path.
 """
 
 from __future__ import annotations
 
-import os
-
 from .backend import register_backend
-
-
-def interpreting() -> bool:
-    """Whether the kernels run under Triton's interpreter (TRITON_INTERPRET set, and not to "" or "0")."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-def interpret_without_gpu() -> None:
-    """Choose the interpreter (TRITON_INTERPRET=1) when TRITON_INTERPRET is unset and there is no CUDA
-    GPU. Call it before any kernel module is imported (the command-line entry points do)."""
-    if "TRITON_INTERPRET" not in os.environ:
-        import torch
-        if not torch.cuda.is_available():
-            os.environ["TRITON_INTERPRET"] = "1"
-
-
-def require_triton() -> None:
-    """Raise InputError unless the Triton kernels can run here (a CUDA GPU, or the interpreter)."""
-    from specverify.errors import InputError
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        raise InputError("the Triton kernels need the 'triton' package (pip install 'specverify[engine]')") from None
-    if interpreting():
-        return
-    try:
-        import torch
-        if torch.cuda.is_available():
-            return
-    except ImportError:
-        pass
-    raise InputError("the Triton kernels need a CUDA GPU or TRITON_INTERPRET=1 set before Python starts "
-                     "(e.g. TRITON_INTERPRET=1 specverify ...)")
+from .triton_common import require_triton
 
 
 class TritonBackend:

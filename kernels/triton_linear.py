@@ -19,7 +19,7 @@ tl.sum(a[:, :, None] * b[None, :, :], axis=1) -- rounded fp32 products summed in
 the same for every row (bf16/fp16 tiles are widened to fp32 first, exactly). Out-of-range rows and
 k are loaded as 0 and contribute exact zeros. So a row's bits depend on its own data, K and the
 tile sizes only -- not on M, on the other rows, or on where the row sits (the tests check every
-position 0..BLOCK_M-1 under the interpreter; `gpu_check.py` checks the MMA path on a GPU).
+position 0..BLOCK_M-1 under the interpreter; `kerneltools/gpu_check.py` checks the MMA path on a GPU).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .triton_backend import interpreting
+from .triton_common import CompileSpec, interpreting
 
 BLOCK_M = 16
 BLOCK_N = 32
@@ -77,3 +77,11 @@ def linear(x, w):
     # downcasts happen in torch (round to nearest even): the interpreter's in-kernel fp32 -> bf16
     # conversion truncates, which would make the interpreter and a GPU disagree
     return y if x.dtype == torch.float32 else y.to(x.dtype)
+
+
+COMPILE = (
+    CompileSpec("linear[fp32]", _linear_kernel,
+                constexprs=dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, IEEE=True, SUM_DOT=False)),
+    CompileSpec("linear[bf16]", _linear_kernel, {"x_ptr": "*bf16", "w_ptr": "*bf16"},
+                dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, IEEE=False, SUM_DOT=False)),
+)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .triton_common import CompileSpec
+
 BLOCK_D = 1024
 
 
@@ -47,3 +49,6 @@ def rms_norm(x, weight, eps: float):
     if x.dtype == torch.float32 and weight.dtype == torch.float32:
         return xhat * weight
     return xhat.to(x.dtype) * weight
+
+
+COMPILE = (CompileSpec("rms_norm", _rms_norm_kernel, {"eps": "fp32"}, dict(BLOCK_D=BLOCK_D)),)

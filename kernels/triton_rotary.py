@@ -12,6 +12,7 @@ import triton
 import triton.language as tl
 
 from .cpu_rotary import inv_freq
+from .triton_common import CompileSpec
 
 
 @triton.jit
@@ -48,3 +49,6 @@ def rotary(x, positions, theta: float):
         _rotary_kernel[(t,)](x, positions.to(torch.int64).contiguous(), freq, y, h, x.stride(0), x.stride(1),
                              y.stride(0), y.stride(1), HALF=half, BLOCK_H=triton.next_power_of_2(h))
     return y if x.dtype == torch.float32 else y.to(x.dtype)     # downcast in torch (RTNE)
+
+
+COMPILE = (CompileSpec("rotary", _rotary_kernel, {"pos_ptr": "*i64", "freq_ptr": "*fp64"}, dict(HALF=32, BLOCK_H=16)),)

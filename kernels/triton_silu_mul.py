@@ -10,6 +10,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .triton_common import CompileSpec
+
 BLOCK_F = 1024
 
 
@@ -35,3 +37,6 @@ def silu_mul(gate, up):
         _silu_mul_kernel[(m, triton.cdiv(f, BLOCK_F))](gate, up, y, f, gate.stride(0), up.stride(0), y.stride(0),
                                                        BLOCK_F=BLOCK_F)
     return y if gate.dtype == torch.float32 else y.to(gate.dtype)     # downcast in torch (RTNE)
+
+
+COMPILE = (CompileSpec("silu_mul", _silu_mul_kernel, constexprs=dict(BLOCK_F=BLOCK_F)),)

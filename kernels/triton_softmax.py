@@ -15,6 +15,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .triton_common import CompileSpec
+
 BLOCK_V = 1024
 
 
@@ -60,3 +62,7 @@ def softmax(x):
 def log_softmax(x):
     """Launcher: x [M, V] -> log_softmax rows [M, V] float32."""
     return _launch(x, True)
+
+
+COMPILE = (CompileSpec("log_softmax", _softmax_kernel, constexprs=dict(LOG=True, BLOCK_V=BLOCK_V)),
+           CompileSpec("softmax", _softmax_kernel, constexprs=dict(LOG=False, BLOCK_V=BLOCK_V)))

@@ -8,6 +8,7 @@ Subpackages, one concern each:
 - ``specverify.adapters``: the engines that can be audited (the reference, ours, other engines) and plug-ins.
 - ``specverify.zoo``: the bug zoo: mutants, lossy rules, the zoo run.
 - ``specverify.kernels`` (folder ``kernels/``): batch-invariant Triton kernels and op backends.
+- ``specverify.kerneltools``: the tools that check and measure the kernels (invariance, GPU script, bench).
 - ``specverify.engine``: our speculative engine.
 - ``specverify.reports``: report generation.
 """

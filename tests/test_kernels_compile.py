@@ -15,7 +15,7 @@ def test_every_kernel_compiles_in_a_fresh_process():
     import sys
     code = ("import warnings; warnings.simplefilter('ignore')\n"
             "import re\n"
-            "from specverify.kernels.compile_check import compile_all\n"
+            "from specverify.kerneltools.compile_check import compile_all\n"
             "for arch in (90, 80):\n"
             "    for name, k in compile_all(arch).items():\n"
             "        if isinstance(k, str):\n"

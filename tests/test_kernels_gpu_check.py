@@ -1,4 +1,4 @@
-"""`kernels/gpu_check.py` on tiny shapes under the interpreter (--smoke), so that the GPU script
+"""`kerneltools/gpu_check.py` on tiny shapes under the interpreter (--smoke), so that the GPU script
 does not rot while CI has no GPU: every check runs, the Triton kernels pass, and the negative
 control (the default backend's matmul) is seen failing in the same report."""
 
@@ -10,7 +10,7 @@ pytest.importorskip("triton")
 
 
 def test_gpu_check_smoke_runs_and_passes(capsys):
-    from specverify.kernels import gpu_check
+    from specverify.kerneltools import gpu_check
     rc = gpu_check.main(["--smoke"])
     report = json.loads(capsys.readouterr().out)
     assert rc == 0 and report["ok"] is True
@@ -29,6 +29,6 @@ def test_gpu_check_without_a_gpu_says_so(capsys):
     import torch
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    from specverify.kernels import gpu_check
+    from specverify.kerneltools import gpu_check
     assert gpu_check.main([]) == 2
     assert "no CUDA device" in json.loads(capsys.readouterr().out)["error"]

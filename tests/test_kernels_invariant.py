@@ -2,7 +2,7 @@
 order, accuracy against float64 NumPy, and the negative control (the "default" backend fails the
 same invariance harness on shapes where it demonstrably does).
 
-Invariance: `kernels/invariance.py` (row r of a launch over M rows, M = 1..64, in a contiguous
+Invariance: `kerneltools/invariance.py` (row r of a launch over M rows, M = 1..64, in a contiguous
 block and in a shuffled composition with repeats, must equal row r launched alone; attention: a
 query's output in mixed decode/verify/prefill launches must equal its own decode step).
 
@@ -23,8 +23,9 @@ import numpy as np
 import pytest
 import torch
 
-from specverify.kernels import accuracy, cpu_linear, invariance
+from specverify.kernels import accuracy, cpu_linear
 from specverify.kernels.backend import get_backend
+from specverify.kerneltools import invariance
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
@@ -135,14 +136,14 @@ def test_attention_is_exactly_the_documented_sequence(inv):
 # ---------------------------------------------------------------- invariance, per op and dtype
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_linear_rows_are_batch_invariant(inv, dtype):
-    r = invariance.linear_invariance(inv, k=576, n=960, dtype=dtype)
+    r = invariance.check(inv, "linear", k=576, n=960, dtype=dtype)
     assert r.ok, _msg(r)
     assert r.launches == 128 and r.rows_compared == 2 * sum(range(1, 65))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_linear_invariant_when_k_and_n_are_ragged(inv, dtype):
-    r = invariance.linear_invariance(inv, k=100, n=70, dtype=dtype, sizes=range(1, 40), pool=16, seed=3)
+    r = invariance.check(inv, "linear", k=100, n=70, dtype=dtype, sizes=range(1, 40), pool=16, seed=3)
     assert r.ok, _msg(r)
 
 
@@ -150,7 +151,7 @@ def test_linear_invariant_when_k_and_n_are_ragged(inv, dtype):
                                   ("silu_mul", 1537), ("silu_mul", 1536)])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_row_ops_are_batch_invariant(inv, op, d, dtype):
-    r = invariance.row_op_invariance(inv, op, d, dtype=dtype)
+    r = invariance.check(inv, op, d=d, dtype=dtype)
     assert r.ok, _msg(r)
 
 
@@ -158,13 +159,13 @@ def test_row_ops_are_batch_invariant(inv, op, d, dtype):
 def test_softmax_over_a_full_vocabulary_is_batch_invariant(inv, op):
     # a 49152-wide row is where torch's own reductions split one row over threads (see the
     # negative control on mean); 16 launch sizes keep it quick
-    r = invariance.row_op_invariance(inv, op, 49152, sizes=range(1, 17), pool=16)
+    r = invariance.check(inv, op, d=49152, sizes=range(1, 17), pool=16)
     assert r.ok, _msg(r)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_rotary_is_batch_invariant(inv, dtype):
-    r = invariance.rotary_invariance(inv, dtype=dtype)
+    r = invariance.check(inv, "rotary", dtype=dtype)
     assert r.ok, _msg(r)
 
 
@@ -172,31 +173,31 @@ def test_rotary_is_batch_invariant(inv, dtype):
                                   dict(n_q_heads=9, n_kv_heads=3, head_dim=64, block_size=16, max_ctx=70),
                                   dict(n_q_heads=2, n_kv_heads=2, head_dim=20, block_size=3)])
 def test_attention_query_matches_its_decode_step_in_any_launch(inv, dims):
-    r = invariance.attention_invariance(inv, **dims)
+    r = invariance.check(inv, "attention", **dims)
     assert r.ok, _msg(r)
     assert r.rows_compared >= r.launches
 
 
 def test_parallel_kernels_give_the_same_bits():
-    from specverify.kernels.invariant import InvariantBackend
+    from specverify.kernels.cpu_backend import InvariantBackend
     serial, par = InvariantBackend(), InvariantBackend(parallel=True)
     g = torch.Generator().manual_seed(5)
     x, w = torch.randn(37, 576, generator=g), torch.randn(960, 576, generator=g)
     assert torch.equal(serial.linear(x, w), par.linear(x, w))
-    assert invariance.attention_invariance(par).ok
+    assert invariance.check(par, "attention").ok
 
 
 # ---------------------------------------------------------------- negative control
 def test_negative_control_default_linear_is_not_batch_invariant(default):
     """The harness must see the problem it exists to catch: torch's CPU matmul (MKL) gives a row
     other bits in a launch of 2..11 rows than alone (M = 1 takes a gemv path)."""
-    r = invariance.linear_invariance(default, k=576, n=960, sizes=range(1, 17))
+    r = invariance.check(default, "linear", k=576, n=960, sizes=range(1, 17))
     assert not r.ok and r.first is not None
     assert 0 < r.first["max_abs_diff"] < 1e-3        # a rounding-level difference, not a wrong result
 
 
 def test_negative_control_default_attention_is_not_batch_invariant(default):
-    r = invariance.attention_invariance(default)
+    r = invariance.check(default, "attention")
     assert not r.ok, "the default attention unexpectedly passed: the harness would be blind"
 
 
@@ -213,7 +214,7 @@ def test_harness_flags_a_single_flipped_bit():
                 y[3, 0] = torch.nextafter(y[3, 0], torch.tensor(float("inf")))
             return y
 
-    r = invariance.linear_invariance(Flaky(), k=64, n=64, sizes=range(1, 10), pool=16)
+    r = invariance.check(Flaky(), "linear", k=64, n=64, sizes=range(1, 10), pool=16)
     assert r.mismatches == 2 and r.diff_sizes == (7,)
 
 

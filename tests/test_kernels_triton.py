@@ -3,7 +3,7 @@ bitwise batch invariance per op and dtype, accuracy against float64 NumPy, and t
 when neither a GPU nor the interpreter is available. Shapes are small: the interpreter runs every
 program in Python.
 
-Invariance (kernels/invariance.py): linear over every M in 1..64 (all row positions of its
+Invariance (kerneltools/invariance.py): linear over every M in 1..64 (all row positions of its
 16-row tiles, several tiles); the one-program-per-row ops over M in SIZES (1..64, both tile
 edges); attention queries in mixed decode/verify/prefill launches vs their own decode step.
 
@@ -26,8 +26,9 @@ import numpy as np
 import pytest
 import torch
 
-from specverify.kernels import accuracy, invariance
+from specverify.kernels import accuracy
 from specverify.kernels.backend import get_backend
+from specverify.kerneltools import invariance
 
 pytest.importorskip("triton")
 
@@ -52,30 +53,30 @@ _f64 = accuracy.f64
 # ---------------------------------------------------------------- invariance
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_linear_rows_are_batch_invariant_for_every_m_up_to_64(tri, dtype):
-    r = invariance.linear_invariance(tri, k=40, n=40, dtype=dtype, sizes=range(1, 65), pool=64)
+    r = invariance.check(tri, "linear", k=40, n=40, dtype=dtype, sizes=range(1, 65), pool=64)
     assert r.ok, _msg(r)
 
 
 @pytest.mark.parametrize("op,d", [("rms_norm", 100), ("softmax", 300), ("log_softmax", 300), ("silu_mul", 100)])
 def test_row_ops_are_batch_invariant(tri, op, d):
-    r = invariance.row_op_invariance(tri, op, d, sizes=SIZES, pool=64)
+    r = invariance.check(tri, op, d=d, sizes=SIZES, pool=64)
     assert r.ok, _msg(r)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_row_ops_low_precision_are_batch_invariant(tri, dtype):
     for op in ("rms_norm", "silu_mul"):
-        r = invariance.row_op_invariance(tri, op, 48, dtype=dtype, sizes=(1, 3, 8, 17), pool=17)
+        r = invariance.check(tri, op, d=48, dtype=dtype, sizes=(1, 3, 8, 17), pool=17)
         assert r.ok, _msg(r)
 
 
 def test_softmax_row_longer_than_one_chunk_is_invariant(tri):
-    r = invariance.row_op_invariance(tri, "softmax", 2500, sizes=(1, 2, 5), pool=5)   # 3 chunks of 1024
+    r = invariance.check(tri, "softmax", d=2500, sizes=(1, 2, 5), pool=5)   # 3 chunks of 1024
     assert r.ok, _msg(r)
 
 
 def test_rotary_is_batch_invariant(tri):
-    r = invariance.rotary_invariance(tri, heads=3, head_dim=16, sizes=SIZES, pool=64)
+    r = invariance.check(tri, "rotary", heads=3, head_dim=16, sizes=SIZES, pool=64)
     assert r.ok, _msg(r)
 
 
@@ -85,14 +86,14 @@ def test_rotary_is_batch_invariant(tri):
 ])
 def test_attention_query_matches_its_decode_step_in_any_launch(tri, dims):
     # block_size 3 and head dim 12 exercise chunks straddling pages and a masked head-dim tail
-    r = invariance.attention_invariance(tri, **dims)
+    r = invariance.check(tri, "attention", **dims)
     assert r.ok, _msg(r)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("op,d", [("rms_norm", 576), ("softmax", 1000), ("silu_mul", 1536)])
 def test_row_ops_every_m_up_to_64_slow(tri, op, d):
-    r = invariance.row_op_invariance(tri, op, d, sizes=range(1, 65), pool=64)
+    r = invariance.check(tri, op, d=d, sizes=range(1, 65), pool=64)
     assert r.ok, _msg(r)
 
 

@@ -1,5 +1,6 @@
-"""The "invariant" op backend: batch-invariant torch CPU ops on numba kernels, fast enough to run a
-135M-parameter model (`python -m specverify.kernels.bench` measures it against "default").
+"""The "invariant" op backend, the CPU one: batch-invariant torch CPU ops on numba kernels, fast
+enough to run a 135M-parameter model (`python -m specverify.kerneltools.bench` measures it against
+"default"). It is registered as "invariant", the name the engine's flags and results use.
 
 Every op computes each output row (for attention: each query and head) alone, in a fixed order of
 rounded operations that its kernel's docstring spells out (`cpu_linear`, `cpu_rms_norm`,

@@ -1,19 +1,21 @@
 """GPU check: the Triton kernels' invariance, exactness and speed on a real CUDA device, as JSON.
 
-    python -m specverify.kernels.gpu_check [--out FILE]     # on a CUDA machine, TRITON_INTERPRET unset
-    python -m specverify.kernels.gpu_check --smoke          # tiny shapes, any device (the interpreter
-                                                            # on a CPU): keeps this script from rotting
+    python -m specverify.kerneltools.gpu_check [--out FILE]   # on a CUDA machine, TRITON_INTERPRET unset
+    python -m specverify.kerneltools.gpu_check --smoke        # tiny shapes, any device (the interpreter
+                                                              # on a CPU): keeps this script from rotting
 
-It runs, with the kernels compiled for the device (no interpreter):
-  * invariance (`invariance.py`): linear fp32/bf16/fp16 at SmolLM2 shapes for every M in 1..64;
-    rms_norm, softmax, log_softmax (a 49152 vocabulary), silu_mul, rotary; paged attention with
-    SmolLM2's heads (9 query / 3 KV, head dim 64) in mixed decode/verify/prefill launches; and the
-    same harness on the "default" backend (torch/cuBLAS) for comparison;
-  * accuracy of the matmul against float64;
+It runs, with the kernels compiled for the device (no interpreter), for every op of the registry
+(`specverify.kernels.registry`) at each of its model shapes and dtypes (the small ones with --smoke),
+on the "triton" backend and, for comparison, on "default" (torch/cuBLAS):
+  * invariance (`invariance.py`): every launch size in 1..64 (launches of a vocabulary-wide row:
+    1..16); paged attention in mixed decode/verify/prefill launches;
+  * accuracy against the float64 references (`accuracy_check.py`; reported, not gated: a GPU's exp
+    is not libm's), and the matmul's error relative to sum |x||w| per dtype;
   * the sampler kernels against the float64 reference on V = 49152 rows, random and endpoint coins,
     chain and tree;
-  * a benchmark: Triton matmul vs torch.matmul (cuBLAS) per M, paged attention decode/verify, the
-    sampler kernels (microseconds per call, CUDA-synchronised, median of repeats).
+  * a benchmark: microseconds per call of every op at 1, 4, 8, 64 and 512 rows (attention: queries
+    of one request: a decode step, then verify steps), Triton vs default, and the sampler kernels
+    (CUDA-synchronised, median of repeats).
 Exit status 0 when every invariance and exactness check passes, 1 otherwise.
 """
 
@@ -24,6 +26,17 @@ import json
 import statistics
 import sys
 import time
+
+from specverify.kernels.registry import OPS
+
+SMOKE_SIZES = (1, 2, 17)
+"""Launch sizes of the smoke run (17 rows: two of the matmul's 16-row tiles)."""
+BENCH_ROWS = (1, 4, 8, 64, 512)
+"""Rows (attention: queries) per timed launch: a decode step, verify steps, batches."""
+SMOKE_BENCH_ROWS = (1, 4)
+VOCAB = 49152
+"""Width of the sampler kernels' rows (SmolLM2's vocabulary)."""
+SMOKE_VOCAB = 16
 
 
 def _timed(fn, device, reps=20):
@@ -50,8 +63,10 @@ def run(smoke: bool = False) -> dict:
     from specverify.reference.tree import DraftTree
     from specverify.reference.tree import tree_verify as ref_tree
 
-    from . import invariance, sampler
-    from .backend import get_backend
+    from specverify.kernels import sampler
+    from specverify.kernels.backend import get_backend
+
+    from . import accuracy_check, invariance
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tri = get_backend("triton")
     default = get_backend("default")
@@ -60,38 +75,20 @@ def run(smoke: bool = False) -> dict:
     import triton
     out["triton"] = triton.__version__
 
-    # ------------------------------------------------------------ invariance
-    if smoke:
-        dims = dict(k=40, n=40, sizes=(1, 2, 17), pool=17)
-        rows = dict(sizes=(1, 3, 17), pool=17)
-        vocab, d_model, ffn = 300, 48, 64
-        att = dict(n_requests=2, max_ctx=10, block_size=4, n_q_heads=2, n_kv_heads=1, head_dim=8, launches=3,
-                   max_new=4)
-    else:
-        dims = dict(k=576, n=960, sizes=range(1, 65), pool=64)
-        rows = dict(sizes=range(1, 65), pool=64)
-        vocab, d_model, ffn = 49152, 576, 1536
-        att = dict(n_requests=4, max_ctx=200, block_size=16, n_q_heads=9, n_kv_heads=3, head_dim=64, launches=40,
-                   max_new=9)
-    inv = []
-    for name, be in (("triton", tri), ("default", default)):
-        for dt in (torch.float32, torch.bfloat16, torch.float16):
-            inv.append(invariance.linear_invariance(be, dtype=dt, device=device, **dims))
-        if not smoke:
-            inv.append(invariance.linear_invariance(be, k=1536, n=576, device=device, sizes=range(1, 65), pool=64))
-        for op, d in (("rms_norm", d_model), ("softmax", vocab), ("log_softmax", vocab), ("silu_mul", ffn)):
-            inv.append(invariance.row_op_invariance(be, op, d, device=device, **rows))
-        inv.append(invariance.rotary_invariance(be, heads=3 if smoke else 12, head_dim=16 if smoke else 64,
-                                                device=device, **rows))
-        inv.append(invariance.attention_invariance(be, device=device, **att))
+    # ------------------------------------------------------------ invariance and accuracy, every op
+    sizes = SMOKE_SIZES if smoke else None
+    inv = [r for be in (tri, default) for r in invariance.battery(be, quick=smoke, device=device, sizes=sizes)]
     out["invariance"] = [r.to_dict() for r in inv]
     ok = all(r.ok for r in inv if r.backend == "triton")
+    out["accuracy"] = [r.to_dict() for be in (tri, default)
+                       for r in accuracy_check.battery(be, quick=smoke, device=device)]
 
-    # ------------------------------------------------------------ accuracy of the matmul
+    # ------------------------------------------------------------ the matmul against float64
     g = torch.Generator().manual_seed(0)
-    k = dims["k"]
+    shape = (OPS["linear"].small if smoke else OPS["linear"].model)[0].args
+    k = shape["k"]
     x = torch.randn(64, k, generator=g, dtype=torch.float64)
-    w = torch.randn(dims["n"], k, generator=g, dtype=torch.float64) * k ** -0.5
+    w = torch.randn(shape["n"], k, generator=g, dtype=torch.float64) * k ** -0.5
     ref = x @ w.T
     scale = x.abs() @ w.abs().T
     acc = {}
@@ -107,7 +104,7 @@ def run(smoke: bool = False) -> dict:
 
     # ------------------------------------------------------------ sampler kernels vs the reference
     rng = np.random.default_rng(0)
-    v = 16 if smoke else vocab
+    v = SMOKE_VOCAB if smoke else VOCAB
     exact_runs, exact_ok = 0, True
 
     def rows_(n):
@@ -138,31 +135,19 @@ def run(smoke: bool = False) -> dict:
     out["sampler_exact"] = {"runs": exact_runs, "ok": exact_ok, "vocab": v}
     ok &= exact_ok
 
-    # ------------------------------------------------------------ benchmark
+    # ------------------------------------------------------------ benchmark, every op
     bench = {}
     reps = 1 if smoke else 20
-    shapes = [(40, 40)] if smoke else [(576, 960), (576, 3072), (1536, 576), (576, 49152)]
-    for kk, n in shapes:
-        for dt in (torch.float32, torch.bfloat16):
-            wt = (torch.randn(n, kk, generator=g) * kk ** -0.5).to(device=device, dtype=dt)
-            for m in (1, 4) if smoke else (1, 4, 8, 64, 512):
-                xt = torch.randn(m, kk, generator=g).to(device=device, dtype=dt)
-                key = f"linear[{m}x{kk} @ {kk}x{n},{str(dt).replace('torch.', '')}]"
-                bench[key] = {"triton_us": _timed(lambda: tri.linear(xt, wt), device, reps),
-                              "torch_us": _timed(lambda: xt @ wt.T, device, reps)}
-    nb = 8 if smoke else 80
-    hq, hkv, dh, bs = (2, 1, 8, 4) if smoke else (9, 3, 64, 16)
-    kc = torch.randn(nb, bs, hkv, dh, generator=g).to(device)
-    vc = torch.randn(nb, bs, hkv, dh, generator=g).to(device)
-    bt = torch.randperm(nb, generator=g).to(torch.int32)[None].to(device)
-    ctx_len = nb * bs - 8
-    for t in (1, 4) if smoke else (1, 4, 8):
-        q = torch.randn(t, hq, dh, generator=g).to(device)
-        ctx = torch.tensor([ctx_len], dtype=torch.int32, device=device)
-        cu = torch.tensor([0, t], dtype=torch.int32, device=device)
-        bench[f"attention[{t} queries, ctx {ctx_len}]"] = {
-            "triton_us": _timed(lambda: tri.attention(q, kc, vc, bt, ctx, cu, dh ** -0.5), device, reps),
-            "default_us": _timed(lambda: default.attention(q, kc, vc, bt, ctx, cu, dh ** -0.5), device, reps)}
+    for op in OPS.values():
+        for shape in op.small if smoke else op.model:
+            for dt in shape.dtypes:
+                case = op.case(0, dt, device, **shape.args)
+                for m in SMOKE_BENCH_ROWS if smoke else BENCH_ROWS:
+                    args = case.args(case.batch(m))
+                    row = bench[f"{case.label} M={m}"] = {}
+                    for be in (tri, default):
+                        fn = getattr(be, op.name)
+                        row[f"{be.name}_us"] = _timed(lambda: fn(*args), device, reps)
     bench[f"sampler.verify[4 requests, 11 drafts, V {v}]"] = {
         "triton_us": _timed(lambda: sampler.verify(b, coin_sets[0]), device, max(1, reps // 4)),
         "reference_us": _timed(lambda: verify_batch(b, coin_sets[0]), "cpu", max(1, reps // 4))}
@@ -172,13 +157,13 @@ def run(smoke: bool = False) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m specverify.kernels.gpu_check", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m specverify.kerneltools.gpu_check", description=__doc__.split("\n\n")[0])
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on any device (interpreter on a CPU)")
     ap.add_argument("--out", help="also write the JSON to this file")
     args = ap.parse_args(argv)
     import torch
 
-    from .triton_backend import interpret_without_gpu, interpreting
+    from specverify.kernels.triton_common import interpret_without_gpu, interpreting
     if not args.smoke:
         if not torch.cuda.is_available():
             print(json.dumps({"ok": False, "error": "no CUDA device (use --smoke for the interpreter)"}))
