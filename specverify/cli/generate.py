@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 
@@ -35,6 +34,7 @@ def register(sub) -> None:
 def run(args) -> int:
     apply_threads(args)
     from specverify.engine.api import generate
+    from specverify.io import json_text
     from specverify.engine.engine import SamplingParams
     from specverify.engine.loader import load_model, load_smollm2
     from specverify.errors import InputError
@@ -79,10 +79,10 @@ def run(args) -> int:
     prefill_s = stamps[1] - stamps[0]                 # includes one-time weight packing, if any
     decode_tps = (n - 1) / (stamps[-1] - stamps[1]) if n > 1 and stamps[-1] > stamps[1] else float("nan")
     if args.json:
-        print(json.dumps({"prompt_tokens": len(prompt_ids), "token_ids": out.token_ids, "text": out.text,
+        sys.stdout.write(json_text({"prompt_tokens": len(prompt_ids), "token_ids": out.token_ids, "text": out.text,
                           "finish_reason": out.finish_reason, "spec": args.spec, "kappa": args.kappa,
                           "backend": args.backend, "prefill_s": prefill_s, "decode_tokens_per_s": decode_tps,
-                          "metrics": m.to_dict()}, indent=1))
+                          "metrics": m.to_dict()}))
     else:
         sys.stdout.write("\n")
         E = f"E={m.mean_acceptance_length:.2f} " if m.num_verifies else ""
