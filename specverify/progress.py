@@ -28,7 +28,7 @@ from tqdm import tqdm
 MIN_REDRAW_S = 0.1          # throttle: at most one redraw per this many seconds (except the last)
 BAR_WIDTH = 24              # characters of the bar itself
 BAR_FORMAT = "{desc} [{bar:%d}] {n_fmt}/{total_fmt} {percentage:3.0f}%% {elapsed}<{remaining}{postfix}" % BAR_WIDTH
-COUNT_FORMAT = "{desc} {n_fmt} done {elapsed}{postfix}"      # a bar without a known total
+COUNT_FORMAT = "{desc} {n_fmt} done {elapsed}{postfix}"      # a bar without a total (None or 0)
 BAR_CHARS = "-#"            # tqdm's ascii bar: empty, full
 FALLBACK_SIZE = (100, 20)   # columns, lines when the terminal reports no size (tqdm would draw nothing)
 
@@ -36,7 +36,7 @@ FALLBACK_SIZE = (100, 20)   # columns, lines when the terminal reports no size (
 class Bar(tqdm):
     """One progress bar: `advance(n, note=...)`; a context manager (ends itself on exit)."""
 
-    monitor_interval = 0    # no tqdm monitor thread: bars are advanced from the thread that drew them
+    monitor_interval = 0    # no tqdm monitor thread: a bar redraws on its own advances
 
     def advance(self, n: int = 1, note: str | None = None) -> None:
         if note is not None:
@@ -80,7 +80,7 @@ class Progress:
         if not self.enabled:
             return _NullBar()
         total = None if total is None else max(0, int(total))
-        b = self._open(total=total, desc=label, bar_format=COUNT_FORMAT if total is None else BAR_FORMAT)
+        b = self._open(total=total, desc=label, bar_format=BAR_FORMAT if total else COUNT_FORMAT)
         self.bars.append(b)
         return b
 

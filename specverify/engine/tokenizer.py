@@ -29,6 +29,8 @@ PRE_TOKENIZERS = {
 
 
 class Tokenizer:
+    """A GGUF's byte-level BPE (an HF `tokenizers` pipeline), its special tokens and its chat template."""
+
     def __init__(self, tokens, merges, token_types=None, *, pre="smollm", bos_id=None, eos_id=None,
                  chat_template=None):
         from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
