@@ -201,3 +201,25 @@ def test_greedy_speculative_is_bitwise_plain_decode_on_triton_backend():
                                    record_logits=lambda r, j, row: rows.__setitem__(("s", j), row.clone())))
     assert spec.tokens == plain.tokens and spec.metrics.num_verifies > 0
     assert all(torch.equal(rows[("p", j)], rows[("s", j)]) for j in range(6))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: SpecOptions("bogus"), lambda: SpecOptions(kappa=-1), lambda: SpecOptions(kappa={0: 2}),
+    lambda: SpecOptions(draft_layers=0), lambda: SpecOptions(ngram_min=0), lambda: SpecOptions(ngram_n=1, ngram_min=2),
+    lambda: RunOptions(max_batch_size=0), lambda: RunOptions(num_blocks=0), lambda: RunOptions(block_size=0),
+    lambda: RunOptions(eos_token_id=-1), lambda: RunOptions(on_step=3), lambda: RunOptions(record_logits="x"),
+    lambda: RunOptions(engine_class=object)])
+def test_generate_options_reject_bad_values(make):
+    with pytest.raises(InputError):
+        make()
+
+
+def test_sampling_is_one_params_or_one_per_prompt():
+    model = random_llama(0)
+    one = generate(model, None, PROMPTS[:2], sampling=SamplingParams(max_tokens=4), spec=SpecOptions("none"))
+    each = generate(model, None, PROMPTS[:2], sampling=[SamplingParams(max_tokens=4)] * 2, spec=SpecOptions("none"))
+    assert one.tokens == each.tokens and [len(t) for t in one.tokens] == [4, 4]
+    with pytest.raises(InputError):
+        generate(model, None, PROMPTS[:2], sampling=[SamplingParams()], spec=SpecOptions("none"))
+    with pytest.raises(InputError):
+        generate(model, None, PROMPTS[:2], sampling=[SamplingParams(), {"max_tokens": 4}], spec=SpecOptions("none"))
