@@ -27,9 +27,12 @@ def test_a_stale_kv_engine_is_caught_at_engine_level():
     class StaleKV(SpecverifyEngine):
         def generate(self, target, draft, prompt, kappa, transform, seed, n, length):
             from specverify.engine import api
-            res = api.generate(target, draft, [tuple(prompt)] * n, kappa=kappa, temperature=transform.temperature,
-                               seeds=list(range(n)), max_tokens=length, spec="draft", max_batch_size=min(n, 1024),
-                               mutant="stale_kv")
+            from specverify.engine.engine import SamplingParams
+            from specverify.zoo.our_engine import StaleKvEngine
+            sampling = [SamplingParams(temperature=transform.temperature, max_tokens=length, seed=s) for s in range(n)]
+            res = api.generate(target, draft, [tuple(prompt)] * n, sampling=sampling,
+                               spec=api.SpecOptions("draft", kappa=kappa),
+                               run=api.RunOptions(max_batch_size=min(n, 1024), engine_class=StaleKvEngine))
             import numpy as np
             return np.array(res.tokens, np.int64)
     result = run_audit(StaleKV(), Context(samples=20_000), ["runs"])

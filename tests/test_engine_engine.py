@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy import stats
 
-from specverify.engine.api import generate
+from specverify.engine.api import RunOptions, SpecOptions, generate
 from specverify.engine.engine import Engine, SamplingParams
 from specverify.engine.model import random_llama
 from specverify.engine.proposers import NgramProposer
@@ -37,19 +37,22 @@ def test_ragged_batch_equals_each_request_alone():
     model = random_llama(7)
     draft = random_llama(8)
     seeds = [11, 12, 13, 14]
-    together = generate(model, draft, PROMPTS, kappa=3, spec="draft", temperature=1.0, seeds=seeds, max_tokens=20)
+    together = generate(model, draft, PROMPTS, spec=SpecOptions("draft", kappa=3),
+                        sampling=[SamplingParams(temperature=1.0, seed=s, max_tokens=20) for s in seeds])
     for i, p in enumerate(PROMPTS):
-        alone = generate(model, draft, [p], kappa=3, spec="draft", temperature=1.0, seeds=[seeds[i]], max_tokens=20)
+        alone = generate(model, draft, [p], sampling=SamplingParams(temperature=1.0, seed=seeds[i], max_tokens=20),
+                         spec=SpecOptions("draft", kappa=3))
         assert alone.tokens[0] == together.tokens[i]
 
 
 def test_kappa_zero_is_plain_decode_and_consumes_one_coin_a_step():
     model = random_llama(9)
-    plain = generate(model, None, PROMPTS, spec="none", temperature=1.0, seeds=[1, 2, 3, 4], max_tokens=16)
+    plain = generate(model, None, PROMPTS, spec=SpecOptions("none"),
+                     sampling=[SamplingParams(temperature=1.0, seed=s, max_tokens=16) for s in [1, 2, 3, 4]])
     # a request capped at 0 drafts inside a speculative batch behaves exactly like plain decode
     params = [SamplingParams(temperature=1.0, seed=s, max_tokens=16, kappa=0 if i % 2 == 0 else None)
               for i, s in enumerate([1, 2, 3, 4])]
-    mixed = generate(model, None, PROMPTS, kappa=3, spec="uniform", params=params)
+    mixed = generate(model, None, PROMPTS, sampling=params, spec=SpecOptions("uniform", kappa=3))
     assert mixed.tokens[0] == plain.tokens[0] and mixed.tokens[2] == plain.tokens[2]
     assert mixed.tokens[1] != plain.tokens[1] or mixed.tokens[3] != plain.tokens[3]   # the others speculated
     assert mixed.metrics.num_verifies > 0
@@ -59,8 +62,8 @@ def test_per_request_params():
     model = random_llama(10)
     params = [SamplingParams(temperature=0.0, max_tokens=5), SamplingParams(temperature=2.0, top_k=1, seed=3, max_tokens=9),
               SamplingParams(temperature=1.0, top_p=1e-9, seed=4, max_tokens=7), SamplingParams(temperature=1.0, seed=5, max_tokens=3)]
-    r = generate(model, None, PROMPTS, kappa=3, spec="ngram", params=params)
-    greedy = generate(model, None, PROMPTS, spec="none", max_tokens=9)
+    r = generate(model, None, PROMPTS, sampling=params, spec=SpecOptions("ngram", kappa=3))
+    greedy = generate(model, None, PROMPTS, sampling=SamplingParams(max_tokens=9), spec=SpecOptions("none"))
     assert [len(t) for t in r.tokens] == [5, 9, 7, 3]
     assert r.tokens[0] == greedy.tokens[0][:5]
     assert r.tokens[1] == greedy.tokens[1]                 # top-k 1 = greedy at any temperature
@@ -72,15 +75,16 @@ def test_per_request_params():
 def test_truncation_inside_an_accepted_run(cut):
     prompt, script = [1, 2], [3, 4, 5, 6, 7, 8, 9, 3, 4]
     toy = Scripted(12, prompt, script)
-    kw = dict(kappa=7, spec="draft", max_tokens=9)
+    spec = SpecOptions("draft", kappa=7)
     if cut == "eos":
-        r = generate(toy, toy, [prompt], eos_token_id=6, **kw)
+        r = generate(toy, toy, [prompt], sampling=SamplingParams(max_tokens=9), spec=spec,
+                     run=RunOptions(eos_token_id=6))
         want, reason = [3, 4, 5, 6], "stop"
     elif cut == "max_tokens":
-        r = generate(toy, toy, [prompt], **{**kw, "max_tokens": 3})
+        r = generate(toy, toy, [prompt], sampling=SamplingParams(max_tokens=3), spec=spec)
         want, reason = [3, 4, 5], "length"
     else:
-        r = generate(toy, toy, [prompt], params=[SamplingParams(max_tokens=9, stop_token_ids=(5,))], kappa=7, spec="draft")
+        r = generate(toy, toy, [prompt], sampling=[SamplingParams(max_tokens=9, stop_token_ids=(5,))], spec=spec)
         want, reason = [3, 4, 5], "stop"
     assert r.tokens[0] == want and r.outputs[0].finish_reason == reason
     # prefill step + one verify whose accepted run went past the cut (the tail discarded) -- except
@@ -113,7 +117,8 @@ def test_kappa_schedule():
         KappaSchedule(-1)
     model = random_llama(0)
     params = [SamplingParams(max_tokens=n) for n in (2, 4, 8, 30)]     # the batch shrinks 4 -> 1
-    r = generate(model, None, PROMPTS, kappa={1: 5, 2: 2}, spec="uniform", params=params, max_batch_size=4)
+    r = generate(model, None, PROMPTS, sampling=params, spec=SpecOptions("uniform", kappa={1: 5, 2: 2}),
+                 run=RunOptions(max_batch_size=4))
     assert len(r.metrics.drafted_at) == 5                 # batch 1 at the end: up to 5 drafts
     assert r.metrics.drafted_at[2] < r.metrics.drafted_at[1] or r.metrics.drafted_at[0] > r.metrics.drafted_at[4]
 
@@ -128,9 +133,9 @@ def test_ngram_lookup():
 def test_errors():
     model = random_llama(0)
     with pytest.raises(InputError):
-        generate(model, None, [[]], spec="none")
+        generate(model, None, [[]], spec=SpecOptions("none"))
     with pytest.raises(InputError):
-        generate(model, None, [[1]], spec="bogus")
+        generate(model, None, [[1]], spec=SpecOptions("bogus"))
     with pytest.raises(InputError):
         SamplingParams(temperature=-1)
     with pytest.raises(InputError):
@@ -141,13 +146,15 @@ def test_errors():
 def test_greedy_speculative_is_bitwise_plain_decode_on_invariant_backend():
     model = random_llama(11)
     rows_plain, rows_spec = {}, {}
-    plain = generate(model, None, PROMPTS, spec="none", max_tokens=24, backend="invariant", max_batch_size=1,
-                     record_logits=lambda r, j, row: rows_plain.__setitem__((r, j), row.clone()))
+    plain = generate(model, None, PROMPTS, sampling=SamplingParams(max_tokens=24), spec=SpecOptions("none"),
+                     run=RunOptions(backend="invariant", max_batch_size=1,
+                                    record_logits=lambda r, j, row: rows_plain.__setitem__((r, j), row.clone())))
     for spec, kappa in [("ngram", 3), ("draft", 5), ("uniform", 2)]:
         rows_spec.clear()
         draft = random_llama(12) if spec == "draft" else None
-        s = generate(model, draft, PROMPTS, spec=spec, kappa=kappa, max_tokens=24, backend="invariant",
-                     record_logits=lambda r, j, row: rows_spec.__setitem__((r, j), row.clone()))
+        s = generate(model, draft, PROMPTS, sampling=SamplingParams(max_tokens=24), spec=SpecOptions(spec, kappa=kappa),
+                     run=RunOptions(backend="invariant",
+                                    record_logits=lambda r, j, row: rows_spec.__setitem__((r, j), row.clone())))
         assert s.tokens == plain.tokens
         assert rows_spec.keys() == rows_plain.keys()
         assert all(torch.equal(rows_spec[k], rows_plain[k]) for k in rows_plain)
@@ -161,7 +168,8 @@ def test_toy_first_two_tokens_follow_the_target_law():
     toy = ToyModel(3, seed=21)
     draft = toy.draft(seed=22, noise=2.0)
     N = 6000
-    r = generate(toy, draft, [[2]] * N, kappa=3, spec="draft", temperature=1.0, max_tokens=3, seed=99, max_batch_size=N)
+    r = generate(toy, draft, [[2]] * N, sampling=SamplingParams(temperature=1.0, max_tokens=3),
+                 spec=SpecOptions("draft", kappa=3), run=RunOptions(seed=99, max_batch_size=N))
     counts = np.zeros(27)
     for t in r.tokens:
         counts[t[0] * 9 + t[1] * 3 + t[2]] += 1
@@ -184,9 +192,34 @@ def _triton_usable() -> bool:
 def test_greedy_speculative_is_bitwise_plain_decode_on_triton_backend():
     model = random_llama(11)
     rows = {}
-    plain = generate(model, None, [[1, 2, 3, 4]], spec="none", max_tokens=6, backend="triton",
-                     record_logits=lambda r, j, row: rows.__setitem__(("p", j), row.clone()))
-    spec = generate(model, None, [[1, 2, 3, 4]], spec="uniform", kappa=3, max_tokens=6, backend="triton",
-                    record_logits=lambda r, j, row: rows.__setitem__(("s", j), row.clone()))
+    plain = generate(model, None, [[1, 2, 3, 4]], sampling=SamplingParams(max_tokens=6), spec=SpecOptions("none"),
+                     run=RunOptions(backend="triton",
+                                    record_logits=lambda r, j, row: rows.__setitem__(("p", j), row.clone())))
+    spec = generate(model, None, [[1, 2, 3, 4]], sampling=SamplingParams(max_tokens=6),
+                    spec=SpecOptions("uniform", kappa=3),
+                    run=RunOptions(backend="triton",
+                                   record_logits=lambda r, j, row: rows.__setitem__(("s", j), row.clone())))
     assert spec.tokens == plain.tokens and spec.metrics.num_verifies > 0
     assert all(torch.equal(rows[("p", j)], rows[("s", j)]) for j in range(6))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: SpecOptions("bogus"), lambda: SpecOptions(kappa=-1), lambda: SpecOptions(kappa={0: 2}),
+    lambda: SpecOptions(draft_layers=0), lambda: SpecOptions(ngram_min=0), lambda: SpecOptions(ngram_n=1, ngram_min=2),
+    lambda: RunOptions(max_batch_size=0), lambda: RunOptions(num_blocks=0), lambda: RunOptions(block_size=0),
+    lambda: RunOptions(eos_token_id=-1), lambda: RunOptions(on_step=3), lambda: RunOptions(record_logits="x"),
+    lambda: RunOptions(engine_class=object)])
+def test_generate_options_reject_bad_values(make):
+    with pytest.raises(InputError):
+        make()
+
+
+def test_sampling_is_one_params_or_one_per_prompt():
+    model = random_llama(0)
+    one = generate(model, None, PROMPTS[:2], sampling=SamplingParams(max_tokens=4), spec=SpecOptions("none"))
+    each = generate(model, None, PROMPTS[:2], sampling=[SamplingParams(max_tokens=4)] * 2, spec=SpecOptions("none"))
+    assert one.tokens == each.tokens and [len(t) for t in one.tokens] == [4, 4]
+    with pytest.raises(InputError):
+        generate(model, None, PROMPTS[:2], sampling=[SamplingParams()], spec=SpecOptions("none"))
+    with pytest.raises(InputError):
+        generate(model, None, PROMPTS[:2], sampling=[SamplingParams(), {"max_tokens": 4}], spec=SpecOptions("none"))

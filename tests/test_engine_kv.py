@@ -4,11 +4,12 @@
 import pytest
 import torch
 
-from specverify.engine.api import generate
+from specverify.engine.api import RunOptions, SpecOptions, generate
 from specverify.engine.engine import Engine, SamplingParams
 from specverify.engine.kv_cache import OutOfBlocks, PagedKVCache, SeqKV
 from specverify.engine.model import random_llama
 from specverify.engine.proposers import RandomProposer
+from specverify.zoo.our_engine import StaleKvEngine
 
 
 def test_alloc_release_evict():
@@ -50,13 +51,15 @@ def test_rollback_only_shrinks():
     assert s.num_computed == 7
 
 
-def _run(model, prompts, *, spec, mutant=None, prefix_caching=True, kappa=3, temperature=0.0, bsz=None):
+def _run(model, prompts, *, spec, engine_class=Engine, prefix_caching=True, kappa=3, temperature=0.0, bsz=None):
     rows = {}
 
     def rec(rid, j, row):
         rows[(rid, j)] = row.clone()
-    r = generate(model, None, prompts, kappa=kappa, spec=spec, max_tokens=24, temperature=temperature, seed=5,
-                 record_logits=rec, mutant=mutant, prefix_caching=prefix_caching, max_batch_size=bsz)
+    r = generate(model, None, prompts, sampling=SamplingParams(temperature=temperature, max_tokens=24),
+                 spec=SpecOptions(spec, kappa=kappa),
+                 run=RunOptions(seed=5, record_logits=rec, engine_class=engine_class, prefix_caching=prefix_caching,
+                                max_batch_size=bsz))
     return r, rows
 
 
@@ -71,7 +74,7 @@ def test_speculative_with_rollback_equals_plain_and_stale_kv_differs():
     assert spec.tokens == plain.tokens
     for key, row in plain_rows.items():
         torch.testing.assert_close(spec_rows[key], row, rtol=1e-4, atol=1e-4)
-    stale, stale_rows = _run(model, PROMPTS, spec="uniform", mutant="stale_kv")
+    stale, stale_rows = _run(model, PROMPTS, spec="uniform", engine_class=StaleKvEngine)
     diffs = [float((stale_rows[k] - plain_rows[k]).abs().max()) for k in plain_rows if k in stale_rows]
     assert max(diffs) > 1e-2                                           # rejected K/V were read
     assert stale.tokens != plain.tokens
@@ -81,9 +84,11 @@ def test_stale_kv_changes_toy_model_outputs():
     from specverify.reference.toy import ToyModel
     toy = ToyModel(5, seed=3)
     prompts = [[1, 2]] * 40
-    good = generate(toy, None, prompts, kappa=3, spec="uniform", temperature=0.0, max_tokens=8, seed=1)
-    plain = generate(toy, None, prompts, kappa=0, spec="none", temperature=0.0, max_tokens=8)
-    bad = generate(toy, None, prompts, kappa=3, spec="uniform", temperature=0.0, max_tokens=8, seed=1, mutant="stale_kv")
+    sampling = SamplingParams(temperature=0.0, max_tokens=8)
+    good = generate(toy, None, prompts, sampling=sampling, spec=SpecOptions("uniform", kappa=3), run=RunOptions(seed=1))
+    plain = generate(toy, None, prompts, sampling=sampling, spec=SpecOptions("none", kappa=0))
+    bad = generate(toy, None, prompts, sampling=sampling, spec=SpecOptions("uniform", kappa=3),
+                   run=RunOptions(seed=1, engine_class=StaleKvEngine))
     assert good.tokens == plain.tokens
     assert bad.tokens != plain.tokens
 
@@ -98,8 +103,8 @@ def test_prefix_cache_hits_and_same_result():
         eng.add_request(p, SamplingParams(max_tokens=10))
     out = [o.token_ids for o in eng.run()]
     assert eng.cache.hits >= 2 * 40                                    # later prompts reuse the 40 shared tokens
-    ref = generate(model, None, prompts, kappa=2, spec="uniform", max_tokens=10, prefix_caching=False,
-                   max_batch_size=1)
+    ref = generate(model, None, prompts, sampling=SamplingParams(max_tokens=10), spec=SpecOptions("uniform", kappa=2),
+                   run=RunOptions(prefix_caching=False, max_batch_size=1))
     assert out == ref.tokens
 
 

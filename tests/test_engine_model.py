@@ -131,9 +131,11 @@ def test_draft_view_shares_weights():
 
 
 def test_full_depth_draft_accepts_everything():
-    from specverify.engine.api import generate
+    from specverify.engine.api import SpecOptions, generate
+    from specverify.engine.engine import SamplingParams
     m = random_llama(3)
-    r = generate(m, m.draft_view(m.config.n_layers), [[1, 2, 3], [4, 5]], spec="draft", kappa=3, max_tokens=17)
+    r = generate(m, m.draft_view(m.config.n_layers), [[1, 2, 3], [4, 5]], sampling=SamplingParams(max_tokens=17),
+                 spec=SpecOptions("draft", kappa=3))
     assert r.metrics.num_rejections == 0 and r.metrics.mean_acceptance_length == 4.0
 
 
@@ -141,7 +143,8 @@ def test_full_depth_draft_accepts_everything():
 @pytest.mark.slow
 def test_real_model_greedy_is_sensible():
     model, tok = loader.load_smollm2()
-    from specverify.engine.api import generate
+    from specverify.engine.api import SpecOptions, generate
+    from specverify.engine.engine import SamplingParams
     r = generate(model, None, [tok.encode_chat([{"role": "user", "content": "What is the capital of France?"}])],
-                 spec="none", max_tokens=12, tokenizer=tok)
+                 sampling=SamplingParams(max_tokens=12), spec=SpecOptions("none"), tokenizer=tok)
     assert "Paris" in r.outputs[0].text

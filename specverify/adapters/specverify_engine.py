@@ -83,13 +83,16 @@ class SpecverifyEngine:
 
     def generate(self, target, draft, prompt, kappa, transform, seed, n, length):
         from specverify.engine import api
+        from specverify.engine.engine import SamplingParams
         from specverify.reference.transforms import Transform
 
         transform = transform or Transform()
         seeds = np.random.SeedSequence(seed).generate_state(n, dtype=np.uint64) >> np.uint64(1)
-        res = api.generate(target, draft, [tuple(prompt)] * n, kappa=kappa, temperature=transform.temperature,
-                           top_k=transform.top_k, top_p=transform.top_p, seeds=[int(s) for s in seeds],
-                           max_tokens=length, spec="draft", max_batch_size=min(n, 1024), seed=seed)
+        sampling = [SamplingParams(temperature=transform.temperature, top_k=transform.top_k, top_p=transform.top_p,
+                                   max_tokens=length, seed=int(s)) for s in seeds]
+        res = api.generate(target, draft, [tuple(prompt)] * n, sampling=sampling,
+                           spec=api.SpecOptions("draft", kappa=kappa),
+                           run=api.RunOptions(max_batch_size=min(n, 1024), seed=seed))
         tokens = np.array(res.tokens, np.int64)
         return tokens, {"num_drafted": res.metrics.num_draft_tokens, "num_accepted": res.metrics.num_accepted}
 

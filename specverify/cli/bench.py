@@ -37,14 +37,14 @@ def register(sub) -> None:
 
 
 def _timed(model, tok, prompt_ids, *, spec, kappa, backend, max_tokens, draft_layers, ngram=(3, 1)):
-    from specverify.engine.api import generate
+    from specverify.engine.api import RunOptions, SpecOptions, generate
     from specverify.engine.engine import SamplingParams
     stamps = []
     t0 = time.perf_counter()
-    res = generate(model, None, [prompt_ids], kappa=kappa, spec=spec, backend=backend,
-                   params=[SamplingParams(temperature=0.0, max_tokens=max_tokens)], eos_token_id=tok.eos_id,
-                   draft_layers=draft_layers, ngram_n=ngram[0], ngram_min=ngram[1],
-                   on_step=lambda ev: stamps.append(time.perf_counter()))
+    res = generate(model, None, [prompt_ids], sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens),
+                   spec=SpecOptions(spec, kappa=kappa, draft_layers=draft_layers, ngram_n=ngram[0], ngram_min=ngram[1]),
+                   run=RunOptions(backend=backend, eos_token_id=tok.eos_id,
+                                  on_step=lambda ev: stamps.append(time.perf_counter())))
     prefill = stamps[0] - t0
     decode = stamps[-1] - stamps[0]
     return res, prefill, decode

@@ -33,7 +33,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     apply_threads(args)
-    from specverify.engine.api import generate
+    from specverify.engine.api import RunOptions, SpecOptions, generate
     from specverify.io import json_text
     from specverify.engine.engine import SamplingParams
     from specverify.engine.loader import load_model, load_smollm2
@@ -69,10 +69,10 @@ def run(args) -> int:
             sys.stdout.flush()
             streamed["text"] = text
 
-    res = generate(model, None, [prompt_ids], kappa=args.kappa if args.spec != "none" else 0, spec=args.spec,
-                   backend=args.backend, params=params, tokenizer=tok, draft_layers=args.draft_layers,
-                   ngram_n=args.ngram_max, ngram_min=args.ngram_min,
-                   on_step=on_step)
+    res = generate(model, None, [prompt_ids], sampling=params,
+                   spec=SpecOptions(args.spec, kappa=args.kappa if args.spec != "none" else 0,
+                                    draft_layers=args.draft_layers, ngram_n=args.ngram_max, ngram_min=args.ngram_min),
+                   run=RunOptions(backend=args.backend, on_step=on_step), tokenizer=tok)
     out = res.outputs[0]
     m = res.metrics
     n = len(out.token_ids)

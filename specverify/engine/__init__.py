@@ -12,6 +12,7 @@
     engine.py       the step loop; stop/EOS/max_tokens truncation inside accepted runs
     metrics.py      E, r_i, fitted alpha, target passes per token, tokens/s
     toy_adapter.py  reference toy models behind the model protocol
-    api.py          `generate(target, draft, prompts, ...)`
+    api.py          `generate(target, draft, prompts, sampling=SamplingParams, spec=SpecOptions,
+                    run=RunOptions, tokenizer=)`
     bitwise.py      `run_bitwise(...)`: greedy speculative vs plain decode, token ids and logits
 """

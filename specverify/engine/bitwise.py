@@ -27,7 +27,7 @@ import torch
 
 from specverify.errors import InputError
 
-from .api import generate
+from .api import RunOptions, SpecOptions, generate
 from .engine import SamplingParams
 
 CI_KAPPAS = (1, 3, 7)
@@ -136,8 +136,8 @@ def _run(model, tokenizer, prompt_ids, *, backend, kappa, batch, spec, max_token
     else:
         params = [SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)] * len(prompt_ids)
         bsz = int(batch)
-    return generate(model, None, prompt_ids, kappa=kappa, spec=spec if kappa else "none", backend=backend,
-                    max_batch_size=bsz, params=params, record_logits=record)
+    return generate(model, None, prompt_ids, sampling=params, spec=SpecOptions(spec if kappa else "none", kappa=kappa),
+                    run=RunOptions(backend=backend, max_batch_size=bsz, record_logits=record))
 
 
 def run_bitwise(*, backend: str = "invariant", n_prompts: int | None = None, max_tokens: int | None = None,

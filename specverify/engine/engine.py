@@ -62,7 +62,7 @@ class Request:
     draft_rng: np.random.Generator     # draft sampling
     tokens: list = field(default_factory=list)
     kv: SeqKV = field(default_factory=SeqKV)
-    num_fed: int = 0                   # tokens whose K/V the target has (== kv.num_computed unless a mutant)
+    num_fed: int = 0                   # tokens whose K/V the target has (== kv.num_computed unless rollback is skipped)
     finished: bool = False
     finish_reason: str | None = None
     stop_text_end: int | None = None   # text length before the matched stop string
@@ -87,26 +87,24 @@ class Engine:
     """target: a model (protocol in `model.py`); proposer: see `proposers.py` (None: plain decode).
 
     record_logits(request_id, output_index, logits_row) is called for every kept token with the
-    target row it was decided from (the bitwise audit compares these). `mutant="stale_kv"` skips the
-    KV rollback (rejected drafts' K/V stay in the context): a deliberately wrong engine for tests."""
+    target row it was decided from (the bitwise audit compares these). A subclass may override
+    `roll_back_rejected` and `kv_positions_per_token`: the bug zoo's stale-KV engine does, a
+    deliberately wrong engine for tests."""
 
     def __init__(self, target, proposer=None, *, kappa=0, max_batch_size: int = 8, num_blocks: int = 1024,
                  block_size: int = 16, eos_token_id: int | None = None, detokenize=None, seed: int = 0,
-                 record_logits=None, prefix_caching: bool = True, mutant: str | None = None):
-        if mutant not in (None, "stale_kv"):
-            raise InputError(f"unknown engine mutant {mutant!r}")
+                 record_logits=None, prefix_caching: bool = True):
         self.target = target
         self.proposer = proposer
         self.kappa = KappaSchedule(kappa)
         if self.kappa.max_kappa > 0 and proposer is None:
             raise InputError("kappa > 0 needs a proposer (spec ngram or draft)")
-        self.cache = target.make_cache(num_blocks, block_size, prefix_caching=prefix_caching and mutant is None)
+        self.cache = target.make_cache(num_blocks, block_size, prefix_caching=prefix_caching)
         self.scheduler = Scheduler(self.cache, max_batch_size, self.kappa)
         self.eos_token_id = eos_token_id
         self.detokenize = detokenize
         self.seed = seed
         self.record_logits = record_logits
-        self.mutant = mutant
         self.metrics = SpecMetrics()
         self.outputs: dict = {}
         self._next_id = 0
@@ -175,8 +173,7 @@ class Engine:
             req.num_steps += 1
             old_len = len(req.tokens)
             req.num_fed = old_len + m
-            if self.mutant != "stale_kv":
-                self.cache.rollback(req.kv, req.num_fed)
+            self.roll_back_rejected(req)
             if self.proposer is not None:
                 self.proposer.accepted(req, req.num_fed)
             kept = self._append(req, emitted, rows)
@@ -187,6 +184,16 @@ class Engine:
                 self._finish(req)
         self.metrics.wall_time_s += time.perf_counter() - t_start
         return events
+
+    def roll_back_rejected(self, req) -> None:
+        """Drop the K/V of the rejected drafts: the cache keeps the req.num_fed tokens fed and finalized."""
+        self.cache.rollback(req.kv, req.num_fed)
+
+    @staticmethod
+    def kv_positions_per_token(max_kappa: int) -> int:
+        """KV positions one finalized token can take at most (`generate` sizes the cache by it): 1, as
+        rejected drafts are rolled back."""
+        return 1
 
     def _append(self, req, emitted, rows) -> list:
         kept = []

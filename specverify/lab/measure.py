@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specverify.engine.api import generate
+from specverify.engine.api import RunOptions, SpecOptions, generate
 from specverify.engine.engine import SamplingParams
 from specverify.engine.kv_cache import SeqKV
 from specverify.engine.layout import build_step
@@ -150,10 +150,11 @@ def run_generate(model, prompt_ids: list, *, spec: str, kappa: int, max_tokens: 
     params = [SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=ignore_eos)
               for _ in prompt_ids]
     t0 = time.perf_counter()
-    res = generate(model, None, prompt_ids, kappa=kappa if spec != "none" else 0, spec=spec, params=params,
-                   eos_token_id=eos_token_id, draft_layers=draft_layers, max_batch_size=batch or len(prompt_ids),
-                   seed=seed, backend=backend,
-                   on_step=lambda ev: (stamps.append(time.perf_counter()), cpu.append(time.process_time())))
+    res = generate(model, None, prompt_ids, sampling=params,
+                   spec=SpecOptions(spec, kappa=kappa if spec != "none" else 0, draft_layers=draft_layers),
+                   run=RunOptions(backend=backend, seed=seed, max_batch_size=batch or len(prompt_ids),
+                                  eos_token_id=eos_token_id,
+                                  on_step=lambda ev: (stamps.append(time.perf_counter()), cpu.append(time.process_time()))))
     prefill = stamps[0] - t0 if stamps else 0.0
     decode = stamps[-1] - stamps[0] if len(stamps) > 1 else 0.0
     m = res.metrics
