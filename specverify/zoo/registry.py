@@ -5,7 +5,7 @@
         ...
 
     number    its place in the zoo's order (`specverify zoo`'s rows, README's matrix): 1-14 are the
-              fourteen of DESIGN.md, the later ones further bug classes from public engines' history,
+              design card's fourteen, the later ones further bug classes from public engines' history,
               in the order they joined; a new mutant takes the next number
     name      what users type: `specverify audit mutant:<name>`
     targets   the checks it is meant to be caught by (tests/test_battery_checks.py holds the battery to
