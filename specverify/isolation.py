@@ -84,6 +84,7 @@ import mmap
 import os
 import pickle
 import queue
+import select
 import signal
 import socket
 import subprocess
@@ -124,6 +125,10 @@ TAIL_LINES = 8              # last lines of the worker's output quoted in an err
 TAIL_BYTES = 8192           # how much of the end of the output is read for them
 LINE_CHARS = 200            # each quoted line clipped to this
 THREAD_NAME = "specverify-adapter"
+# the worker's environment where the audit's does not say otherwise: OpenMP threads that spin between
+# parallel regions (libgomp's default) take, while the worker waits for the next call, the CPU the audit
+# needs to prepare it -- the reference battery (numba prange kernels) took 2.5x the CPU without this
+WORKER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 # the worker's first words: the audit's sys.path, then serve() on the socket and lifeline descriptors
 _BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
@@ -191,7 +196,10 @@ class AdapterHandle:
         self._check_open(what)
         iid = self._backend.new_id()
         info = self._backend.build(iid, what, self.timeout)
-        return AdapterHandle(self._backend, iid, info, self.timeout, owner=False)
+        handle = AdapterHandle(self._backend, iid, info, self.timeout, owner=False)
+        # a fresh handle dropped unclosed (the seeded checks make many) frees its adapter all the same
+        handle._dropper = weakref.finalize(handle, self._backend.drop, iid)
+        return handle
 
     def close(self) -> None:
         """End the worker (the handle open_adapter returned) or drop this fresh adapter."""
@@ -201,7 +209,7 @@ class AdapterHandle:
         if self._owner:
             self._backend.close()
         else:
-            self._backend.drop(self._iid)
+            self._dropper()
 
     def __enter__(self):
         return self
@@ -249,7 +257,7 @@ def _named_arrays(names, args, kwargs) -> list[tuple[str, np.ndarray]]:
             if not obj.dtype.hasobject:
                 found.setdefault(id(obj), (path, obj))
             return
-        if depth >= WALK_DEPTH or id(obj) in seen or isinstance(obj, (str, bytes, int, float, type)):
+        if depth >= WALK_DEPTH or id(obj) in seen or isinstance(obj, (str, bytes, int, float, type, types.ModuleType)):
             return
         seen.add(id(obj))
         if isinstance(obj, (tuple, list)):
@@ -294,6 +302,10 @@ class _Encoder(pickle.Pickler):
 
     def reducer_override(self, obj):
         cls = type(obj)
+        if isinstance(obj, (types.FunctionType, type)) and obj.__module__ == "__main__" and "<" not in obj.__qualname__:
+            main = getattr(sys.modules["__main__"], "__file__", None)       # a script's function, for run()
+            if main:
+                return _resolve_factory, (("ref", "__main__", obj.__qualname__, os.path.abspath(main)),)
         if cls is ToyModel:
             return ToyModel, (obj.vocab_size, obj.seed, obj.scale, obj.zero_frac, obj.base, obj.noise)
         if cls.__module__ == as_torch.__module__ and hasattr(obj, "toy"):
@@ -339,7 +351,7 @@ def _same_bytes(x: np.ndarray, y: np.ndarray) -> bool:
     if x.nbytes == 0:
         return True
     if _MEMCMP is not None:
-        return _MEMCMP(x.ctypes.data, y.ctypes.data, x.nbytes) == 0
+        return _MEMCMP(x.__array_interface__["data"][0], y.__array_interface__["data"][0], x.nbytes) == 0
     return bool(np.array_equal(x.reshape(-1).view(np.uint8), y.reshape(-1).view(np.uint8)))
 
 
@@ -348,8 +360,10 @@ def _portable(value):
     array-likes as arrays, an object with `tokens` (an engine's generate result) as a namespace."""
     if isinstance(value, (np.ndarray, np.generic, str, bytes, int, float, bool, type(None))):
         return value
-    if isinstance(value, (tuple, list)):
-        return type(value)(_portable(v) for v in value)
+    if isinstance(value, list):
+        return [_portable(v) for v in value]
+    if isinstance(value, tuple):                     # a named tuple as a plain one
+        return tuple(_portable(v) for v in value)
     if isinstance(value, dict):
         return {k: _portable(v) for k, v in value.items()}
     if hasattr(value, "tokens"):
@@ -419,6 +433,7 @@ def _factory_ref(spec):
             raise AdapterError(f"factory {qualname or spec!r}: a local function, lambda or class cannot be "
                                f"imported by the adapter process; {hint}")
         file = getattr(sys.modules.get(module), "__file__", None)
+        file = file and os.path.abspath(file)
         if module == "__main__" and not file:
             raise AdapterError(f"factory {qualname}: defined in an interactive __main__; {hint}")
         return ("ref", module, qualname, file)
@@ -447,10 +462,12 @@ def _resolve_factory(ref):
                 raise
     if mod is None:
         name = "__mp_main__" if module == "__main__" else module   # a script's main guard stays off
-        spec = importlib.util.spec_from_file_location(name, file)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
+        mod = sys.modules.get(name)
+        if getattr(mod, "__file__", None) != file:                # executed once per worker
+            spec = importlib.util.spec_from_file_location(name, file)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[name] = mod
+            spec.loader.exec_module(mod)
     obj = mod
     for part in qualname.split("."):
         obj = getattr(obj, part)
@@ -551,18 +568,25 @@ class _InProcess:
 # ------------------------------------------------------------------------------------ the arena
 
 class _Arena:
-    """A shared memory file mapped here: `view(offset, shape, dtype)` is an array over its bytes."""
+    """A shared memory file mapped here: `view(offset, shape, dtype)` is an array over its bytes.
+    `private`: the worker's mapping of an argument arena -- what the adapter writes lands in private
+    copies of the pages written (`clean` still shows the file, the audit's bytes), so the audit's
+    side never changes and a write is found by `_WrittenPages` instead of comparing everything."""
 
-    def __init__(self, size: int, fd: int | None = None):
+    def __init__(self, size: int, fd: int | None = None, private: bool = False):
         self.size = size
         self.fd = fd if fd is not None else _memory_file(size)
-        self.map = mmap.mmap(self.fd, size)
-        self.bytes = np.frombuffer(self.map, np.uint8)
+        if private:
+            self.map = mmap.mmap(self.fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            self.clean = np.frombuffer(mmap.mmap(self.fd, size, prot=mmap.PROT_READ), np.uint8)
+        else:
+            self.map = mmap.mmap(self.fd, size)
+            self.clean = None
+        self.bytes = np.frombuffer(self.map, np.uint8)      # a view that keeps the mapping open
+        self.address = self.bytes.__array_interface__["data"][0]
 
     def view(self, offset: int, shape, dtype) -> np.ndarray:
-        dtype = np.dtype(dtype)
-        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        return self.bytes[offset:offset + n].view(dtype).reshape(shape)
+        return np.ndarray(shape, dtype, buffer=self.map, offset=offset)
 
     def close_fd(self):
         """Close the file descriptor (the mapping stays): once it has been passed on, or received."""
@@ -572,8 +596,42 @@ class _Arena:
 
     def close(self):
         self.close_fd()
-        self.bytes = None               # the mapping closes when the last view of it goes
+        self.bytes = self.clean = None  # the mapping closes when the last view of it goes
         self.map = None
+
+
+class _WrittenPages:
+    """The pages of a private file mapping this process has written to: /proc/self/pagemap marks
+    each present page as a file page (bit 61) unless it is the process's own copy -- a written one."""
+
+    PRESENT, SWAPPED, FILE = 1 << 63, 1 << 62, 1 << 61
+
+    def __init__(self):
+        self.fd = os.open("/proc/self/pagemap", os.O_RDONLY)     # OSError where there is none
+
+    def pages(self, address: int, nbytes: int) -> np.ndarray:
+        """Indices (from the page at `address`, page-aligned) of the written pages among those covering
+        [address, address + nbytes)."""
+        first = address // mmap.PAGESIZE
+        count = -(-(address + nbytes) // mmap.PAGESIZE) - first
+        entries = np.frombuffer(os.pread(self.fd, 8 * count, 8 * first), np.uint64)
+        live = (entries & np.uint64(self.PRESENT | self.SWAPPED)) != 0
+        return np.flatnonzero(live & ((entries & np.uint64(self.FILE)) == 0))
+
+    @classmethod
+    def probe(cls) -> "_WrittenPages | None":
+        """An instance if the pagemap tells written pages apart here (checked on a scratch mapping)."""
+        try:
+            written = cls()
+            arena = _Arena(4 * mmap.PAGESIZE, private=True)
+            arena.close_fd()
+            arena.bytes[: 3 * mmap.PAGESIZE:mmap.PAGESIZE].sum()         # pages 0-2 read, only page 1 written
+            arena.bytes[mmap.PAGESIZE + 5] = 1
+            ok = written.pages(arena.address, arena.size).tolist() == [1] and arena.clean[mmap.PAGESIZE + 5] == 0
+            arena.close()
+        except (OSError, ValueError, AttributeError):
+            return None
+        return written if ok else None
 
 
 def _memory_file(size: int) -> int:
@@ -620,7 +678,7 @@ class _Process:
         self.log = tempfile.TemporaryFile(prefix="specverify-adapter-")
         ours, theirs = socket.socketpair()
         life_r, life_w = os.pipe()
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = {**WORKER_ENV, **os.environ, "PYTHONUNBUFFERED": "1"}
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", _BOOT, json.dumps(sys.path), str(theirs.fileno()), str(life_r)],
@@ -635,6 +693,8 @@ class _Process:
         self.reaper = weakref.finalize(self, _kill_group, self.proc)
         self.sock = ours
         self.conn = Connection(os.dup(ours.fileno()))
+        self.poller = select.poll()              # made once: multiprocessing's poll() builds one a call
+        self.poller.register(self.conn.fileno(), select.POLLIN)
         self.arena: _Arena | None = None        # arguments, written here
         self.out: _Arena | None = None          # results, written by the worker
         self.dead: str | None = None            # how the worker ended, once it has
@@ -662,7 +722,7 @@ class _Process:
                 self.kill()
                 self.dead = f"killed after no answer within {timeout:g} s during {what}"
                 raise AdapterError(f"{what}: no answer within {timeout:g} s; the adapter process was killed")
-            if self.conn.poll(min(left, POLL_SLICE)):
+            if self.poller.poll(1000 * min(left, POLL_SLICE)):
                 try:
                     msg = pickle.loads(self.conn.recv_bytes())
                 except (EOFError, OSError):
@@ -716,9 +776,9 @@ class _Process:
             raise AdapterError(f"{what}: the adapter process was closed")
 
     def _reply(self, msg, what):
-        """The value of an ("ok", bytes, buffers, retained) reply -- buffers: (offset, size) of its
+        """The value of an ("ok", bytes, buffers, mutated, kept) reply -- buffers: (offset, size) of its
         out-of-band pickle buffers in the result arena, copied out --, or the AdapterError of an
-        ("error", ...) one."""
+        ("error", kind, message, mutated, kept) one."""
         if msg[0] == "error":
             _raise(msg[1], msg[2], what)
         try:
@@ -757,11 +817,13 @@ class _Process:
         except Exception as exc:  # noqa: BLE001 - e.g. a lambda given to run()
             raise AdapterError(f"{what}: the call cannot be sent to the adapter process "
                                f"({type(exc).__name__}: {exc})".splitlines()[0]) from exc
-        layout = [(off, a.shape, a.dtype) for (_, a), off in zip(arrays, offsets)]
+        layout = [(off, a.shape, a.dtype, name) for (name, a), off in zip(arrays, offsets)]
         dropped, self.dropped = self.dropped, []
         self._send((op, iid, layout, payload, dropped), what)
         msg = self._wait(what, timeout, callbacks)
-        mutated = [name for view, (name, a) in zip(views, arrays) if not _same_bytes(view, a)]
+        mutated = msg[3]
+        if mutated is None:                           # the worker cannot tell: compare here
+            mutated = [name for view, (name, a) in zip(views, arrays) if not _same_bytes(view, a)]
         del views
         if msg[-1]:                                   # the adapter kept a view: the arena is its now
             self.arena.close()
@@ -852,7 +914,7 @@ def serve(sock_fd: int, lifeline: int) -> None:
     close, the audit's socket closes, or the lifeline pipe does (the audit is gone)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import faulthandler
-    faulthandler.enable()                   # a crash leaves the Python stack in the captured output
+    faulthandler.enable(all_threads=False)  # a crash leaves the crashing thread's stack in the output
     threading.Thread(target=_watch_lifeline, args=(lifeline,), daemon=True).start()
     _Server(Connection(sock_fd), socket.socket(fileno=os.dup(sock_fd))).loop()
     sys.stdout.flush()
@@ -873,6 +935,7 @@ class _Server:
         self.instances: dict = {}
         self.arena: _Arena | None = None     # arguments, written by the audit
         self.out: _Arena | None = None       # results, written here
+        self.written = _WrittenPages.probe()  # None: the audit compares the arguments itself
         self.lock = threading.Lock()         # adapter threads may call back while the main one waits
 
     def send(self, msg):
@@ -897,12 +960,12 @@ class _Server:
                 return
             if op == "arena":
                 _, fds, _, _ = socket.recv_fds(self.sock, 1, 1)
-                self.arena = _Arena(msg[1], fds[0])
+                self.arena = _Arena(msg[1], fds[0], private=self.written is not None)
                 self.arena.close_fd()
                 continue
             if op == "build":
                 reply = self.build(msg[1], msg[2])
-                self.send(reply[:2] + ([],) + reply[2:] + (False,) if reply[0] == "ok" else reply + (False,))
+                self.send((reply + ([],))[:3] + ([], False))
                 continue
             _, iid, layout, payload, dropped = msg
             for gone in dropped:
@@ -915,9 +978,31 @@ class _Server:
             if kept:
                 gc.collect()                          # a traceback cycle may hold the inputs
                 kept = any(r() is not None for r in refs)
+            mutated = self.mutated(layout, restore=not kept)
             if kept:
                 self.arena = None                     # the adapter's views keep the old mapping alive
-            self.send(reply + (kept,))
+            self.send(reply + (mutated, kept))
+
+    def mutated(self, layout, restore: bool) -> list[str] | None:
+        """The names of the arguments the call wrote to and changed (None: cannot tell, the audit
+        compares); `restore` the written pages to the audit's bytes for the next call."""
+        if self.written is None or not layout:
+            return None if self.written is None else []
+        arena = self.arena
+        end = max(off + int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize for off, shape, dtype, _ in layout)
+        pages = self.written.pages(arena.address, end)
+        if not pages.size:
+            return []
+        page = mmap.PAGESIZE
+        changed = []
+        for off, shape, dtype, name in layout:
+            n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            if n and ((pages >= off // page) & (pages < -(-(off + n) // page))).any() \
+                    and not _same_bytes(arena.bytes[off:off + n], arena.clean[off:off + n]):
+                changed.append(name)
+        if restore:                                   # back to the file's pages (the audit's bytes)
+            arena.map.madvise(mmap.MADV_DONTNEED, int(pages[0]) * page, int(pages[-1] - pages[0] + 1) * page)
+        return changed
 
     def build(self, iid, ref):
         try:
@@ -938,7 +1023,7 @@ class _Server:
 
     def call(self, op, iid, layout, payload, slots):
         try:
-            slots.extend(_Slot(self.arena.view(off, shape, dtype)) for off, shape, dtype in layout)
+            slots.extend(_Slot(self.arena.view(off, shape, dtype)) for off, shape, dtype, _ in layout)
             fn, args, kwargs = _Decoder(payload, [np.asarray(s) for s in slots], self.callback).load()
         except Exception as exc:  # noqa: BLE001
             return ("error", "what", f"the call could not be rebuilt in the adapter process "

@@ -255,8 +255,30 @@ def test_mutated_inputs_are_named(isolated):
         assert h.last_mutated == ["batch.target_probs"]
         assert np.array_equal(batch.target_probs, keep)                 # the audit's copy is intact
         assert np.array_equal(out, verify_batch(batch, coins))
-        h.verify(batch, coins)
+        other, other_coins = chain_call(m=256, seed=5)                 # the next call sees its own rows
+        assert np.array_equal(h.verify(other, other_coins), verify_batch(other, other_coins))
         assert h.last_mutated == ["batch.target_probs"]                # every call checked afresh
+
+
+def test_written_pages_are_found():
+    """The worker's way to find written arguments: private pages of the argument arena."""
+    written = isolation._WrittenPages.probe()
+    if written is None:
+        pytest.skip("no /proc/self/pagemap here: the audit compares the arguments itself")
+    page = isolation.mmap.PAGESIZE
+    arena = isolation._Arena(16 * page, private=True)
+    shared = isolation._Arena(16 * page, fd=os.dup(arena.fd))          # the audit's side of the same file
+    shared.bytes[:] = 7
+    layout = [(0, (2 * page,), np.uint8, "a"), (2 * page + 64, (100,), np.float64, "b"), (5 * page, (3,), np.int64, "c")]
+    server = object.__new__(isolation._Server)
+    server.arena, server.written = arena, written
+    assert server.mutated(layout, restore=True) == []
+    arena.bytes[2 * page + 64 + 8:2 * page + 64 + 16] = 0              # b[1] = 0.0
+    arena.bytes[5 * page] = 7                                           # c written, unchanged
+    assert server.mutated(layout, restore=True) == ["b"]
+    assert (arena.bytes[:6 * page] == 7).all()                          # restored to the audit's bytes
+    shared.bytes[:] = 3
+    assert (arena.bytes[:6 * page] == 3).all() and server.mutated(layout, restore=True) == []
 
 
 def test_kept_inputs_are_not_overwritten():
