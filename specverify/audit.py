@@ -21,6 +21,7 @@ from specverify import settings as settings_mod
 from specverify.errors import AdapterError, InputError
 
 from .checks import onestep
+from .isolation import AdapterHandle, open_adapter
 from .checks.base import ERROR, FAIL, PASS, SKIP, WARN, CheckResult, Context
 
 # the checks of the battery, in the order they run (module names under specverify.checks)
@@ -120,6 +121,20 @@ def deviation_of(rows: list[CheckResult]) -> dict | None:
     return {"kind": kind, "text": KIND_TEXT[kind], "rows": len(failed)}
 
 
+def inputs_unchanged(ctx: Context) -> CheckResult:
+    """The exact row `contract.inputs_unchanged`: no adapter call changed an array it was given (the
+    handle compares every input with the audit's own copy after each call)."""
+    calls, changed = ctx.__dict__.get("calls", 0), ctx.__dict__.get("changed_inputs", [])
+    if changed:
+        what, names = changed[0]
+        detail = (f"{len(changed)} of {calls} adapter calls changed arrays they were given; first: {what} "
+                  f"changed {', '.join(names)} (the audit judged with its own copies)")
+        return CheckResult("contract.inputs_unchanged", FAIL, n=calls, exact=True, detail=detail, check="contract",
+                           data={"changed": [{"call": w, "arrays": n} for w, n in changed[:20]]})
+    return CheckResult("contract.inputs_unchanged", PASS, n=calls, exact=True, check="contract",
+                       detail=f"every input array unchanged after each of {calls} adapter calls")
+
+
 def verdict_of(rows: list[CheckResult]) -> str:
     """The audit's verdict from its decided rows: FAIL if any row failed or errored (warn and skip
     never fail)."""
@@ -140,6 +155,7 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
     for name in BATTERY if checks is None else checks:
         module = importlib.import_module(f"specverify.checks.{name}")
         ctx.say(f"check {name}")
+        ctx.check = name
         sampled = onestep.sampling_seconds(ctx)
         t0 = time.perf_counter()
         found = module.run(engine, ctx)
@@ -152,6 +168,7 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
             skipped = [r.detail for r in found if r.detail]
             not_covered[name] = skipped[0] if skipped else (
                 f"no row applies to capabilities {', '.join(sorted(getattr(engine, 'capabilities', ())))}")
+    ctx.check = ""
     if extra is not None:
         rows.extend(extra(engine, ctx))
     # a check that reads the shared one-step samples needs their sampling time on its own
@@ -161,6 +178,8 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
     if not any(r.verdict in (PASS, FAIL) for r in rows):
         raise AdapterError(f"engine {engine.name!r} supports none of the checks run (capabilities: "
                            f"{sorted(getattr(engine, 'capabilities', ()))}; checks: {', '.join(seconds) or 'none'})")
+    if isinstance(engine, AdapterHandle):
+        rows.append(inputs_unchanged(ctx))
     return AuditResult(engine=str(engine.name), verdict=verdict_of(rows), seed=ctx.seed, alpha=ctx.alpha,
                        samples=ctx.samples, checks=rows, engine_version=getattr(engine, "version", None),
                        seconds=time.perf_counter() - start, check_seconds=check_seconds, deviation=deviation_of(rows),
@@ -179,38 +198,47 @@ class Audit:
 
     def run(self, extra=None) -> AuditResult:
         checks = None if self.settings.checks is None else list(self.settings.checks)
-        return run_audit(self.engine, self.ctx, checks, factory=self.factory, extra=extra)
+        try:
+            return run_audit(self.engine, self.ctx, checks, factory=self.factory, extra=extra)
+        finally:
+            self.engine.close()
 
 
-def prepare(engine, given: dict | None = None, *, progress=None, label=None) -> Audit:
+def prepare(engine, given: dict | None = None, *, progress=None, label=None, isolated: bool = True) -> Audit:
     """The one way into an audit. `engine`: a registered name or plug-in spec, a zero-argument
-    factory (a class included), or an adapter instance (then there are no fresh adapters: the seeded
-    checks are skipped). `given`: the settings the user set (`specverify.settings`; None = unset);
-    the adapter's `audit_defaults` fill what is unset, then the defaults. Bad settings are InputError
-    before the adapter is built (`label(name)`: how the user spelled the setting, e.g. "--samples");
-    an adapter that cannot be built is AdapterError."""
+    factory (a class included), or an adapter instance (audited in this process, without fresh
+    adapters: the seeded checks are skipped). `given`: the settings the user set
+    (`specverify.settings`; None = unset); the adapter's `audit_defaults` fill what is unset, then the
+    defaults. Bad settings are InputError before the adapter is built (`label(name)`: how the user
+    spelled the setting, e.g. "--samples"); an adapter that cannot be built, or breaks the capability
+    contract, is AdapterError.
+
+    The adapter runs in a worker process of its own (`specverify.isolation`); `isolated=False` runs it
+    in this process (for debugging: a hang that holds the GIL cannot be stopped there). Call
+    `Audit.run()` once: it closes the adapter when done."""
     from specverify.adapters.protocol import check_adapter
-    from specverify.adapters.registry import factory as named_factory
-    from specverify.checks.harness import call_with_timeout
 
     given = dict(given or {})
     settings_mod.resolve(given, None, BATTERY, label)         # the user's own values, checked before any work
+    instance = hasattr(engine, "capabilities") and not inspect.isclass(engine)
     if isinstance(engine, str):
-        make, spec = named_factory(engine), engine
-    elif hasattr(engine, "capabilities") and not inspect.isclass(engine):
-        make, spec = None, None
+        spec = engine
+    elif instance:
+        spec, isolated = None, False
     elif callable(engine):
-        make, spec = engine, spec_of(engine)
+        spec = spec_of(engine)
     else:
         raise InputError(f"cannot audit {engine!r}: give an engine name, a factory or an adapter")
-    if make is not None:
-        timeout = given.get("timeout") or settings_mod.DEFAULTS.timeout
-        what = f"{spec or getattr(make, '__name__', 'factory')}: building the adapter"
-        engine = call_with_timeout(make, timeout=timeout, what=what)
-    check_adapter(engine, f"adapter {getattr(engine, 'name', spec)!r}")
-    s = settings_mod.resolve(given, getattr(engine, "audit_defaults", None), BATTERY, label)
+    handle = open_adapter(engine, timeout=given.get("timeout") or settings_mod.DEFAULTS.timeout, isolated=isolated)
+    try:
+        check_adapter(handle, f"adapter {handle.name or spec!r}")
+        s = settings_mod.resolve(given, getattr(handle, "audit_defaults", None), BATTERY, label)
+    except BaseException:
+        handle.close()
+        raise
+    handle.timeout = s.timeout
     ctx = Context(seed=s.seed, samples=s.samples, alpha=s.alpha, timeout=s.timeout, progress=progress, full=s.full)
-    return Audit(engine=engine, factory=make, spec=spec, settings=s, ctx=ctx)
+    return Audit(engine=handle, factory=None if instance else handle.fresh, spec=spec, settings=s, ctx=ctx)
 
 
 def spec_of(obj) -> str | None:

@@ -40,7 +40,7 @@ adapter left its inputs alone). The audit's own arrays are never handed to the a
 judging with them. An adapter that keeps a view of an input after a call returns is noticed (the view
 keeps its arena slot alive): the arena is then left to it and the next call gets a new one. Toy models
 cross without their memo (`reference.toy.ToyModel._cache`), the torch form of a toy model
-(`adapters.torchtoy`) as its toy model, rebuilt on the other side; results come back as plain data
+(`reference.torch_toy`) as its toy model, rebuilt on the other side; results come back as plain data
 (arrays; tensors as arrays; an object with `tokens` as a namespace of tokens and the step counts). A
 callable argument (a progress callback) stays in the audit and is called there when the worker calls it.
 
@@ -98,7 +98,7 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-from specverify.adapters.torchtoy import as_torch
+from specverify.reference.torch_toy import as_torch
 from specverify.errors import AdapterError, InputError
 from specverify.reference.toy import ToyModel
 

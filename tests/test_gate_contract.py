@@ -328,3 +328,63 @@ def test_generate_json_is_strict_even_when_a_rate_is_undefined():
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
     assert doc["decode_tokens_per_s"] is None and len(doc["token_ids"]) == 1
+
+
+# ------------------------------------------------------------------------- adapters in their own process
+
+MISBEHAVING = os.path.join(os.path.dirname(__file__), "plugins", "misbehaving.py")
+
+
+def test_a_gil_hog_is_killed_at_the_timeout_and_the_audit_ends_with_one_line():
+    start = time.monotonic()
+    line = one_line_exit_2(cli("audit", f"{MISBEHAVING}:gil_hog", "--samples", "1000", "--timeout", "3"),
+                           "no answer within 3 s; the adapter process was killed")
+    assert time.monotonic() - start < 60 and "verify (chain[dirichlet]), check marginal" in line
+
+
+@pytest.mark.parametrize("factory,needle", [("exits", "exited with status 3"), ("segfault", "SIGSEGV")])
+def test_a_worker_that_dies_is_named_with_the_call(factory, needle):
+    proc = cli("audit", f"{MISBEHAVING}:{factory}", "--samples", "1000")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    first = proc.stderr.strip().splitlines()[0]
+    assert needle in first and "verify" in first, proc.stderr
+
+
+def test_an_adapter_that_prints_does_not_corrupt_json_on_stdout():
+    proc = cli("audit", f"{MISBEHAVING}:chatty", "--samples", "1000", "--checks", "marginal", "--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)                    # stdout is the JSON and nothing else
+    assert doc["verdict"] == "pass" and "chatty" not in proc.stdout
+
+
+def test_inputs_changed_in_place_are_a_contract_failure_and_the_other_rows_stay_right():
+    """The adapter zeroes batch.target_probs after answering correctly: one exact contract row fails,
+    naming the array and the call; every other row is judged with the audit's own arrays and passes."""
+    from specverify.audit import CONTRACT, prepare
+    result = prepare(f"{MISBEHAVING}:mutating", {"samples": 2000, "checks": "marginal,joint"}).run()
+    failed = result.failed()
+    assert [r.name for r in failed] == ["contract.inputs_unchanged"], [(r.name, r.detail) for r in failed]
+    assert "batch.target_probs" in failed[0].detail and ".verify (" in failed[0].detail
+    assert result.deviation["kind"] == CONTRACT
+    assert all(r.verdict == "pass" for r in result.checks if r.check != "contract")
+
+
+def test_ctrl_c_ends_the_audit_and_its_adapter_process_within_2_s(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "specverify", "audit", f"{MISBEHAVING}:gil_hog", "--samples", "1000",
+                             "--timeout", "300"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    children = []
+    while time.monotonic() < deadline and not children:      # wait until the adapter process runs
+        out = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        children = [int(c) for c in out]
+        time.sleep(0.2)
+    assert children, "no adapter process started"
+    time.sleep(2.0)                                            # it is inside the hung verify now
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 2.0, time.monotonic() - sent
+    assert proc.returncode == 130 and err.strip().endswith("specverify: interrupted"), err
+    time.sleep(0.2)
+    for pid in children:
+        assert not os.path.exists(f"/proc/{pid}") or "zombie" in open(f"/proc/{pid}/status").read().lower(), pid

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from specverify.adapters.reference import ReferenceEngine
-from specverify.adapters.treebatch import TreeCoins
+from specverify.reference.tree_batch import TreeCoins
 from specverify.checks import harness
 from specverify.checks.problems import Problem
 from specverify.errors import AdapterError, InputError

@@ -83,6 +83,7 @@ class Context:
     progress: object = None         # callable(str) or None
     factory: object = None          # callable() -> a fresh adapter of the engine under audit (the
                                     # seeded checks replay calls on fresh instances); None: skipped
+    check: str = ""                 # the battery check running now (named in adapter errors)
     full: bool = False              # engine checks at their full size (greedy bitwise: 256 prompts ...)
 
     def rng(self, *key) -> np.random.Generator:
@@ -94,6 +95,12 @@ class Context:
     def say(self, msg: str) -> None:
         if self.progress:
             self.progress(msg)
+
+    def note_call(self, what: str, changed) -> None:
+        """One adapter call made through a handle, and the names of the input arrays it changed."""
+        self.__dict__["calls"] = self.__dict__.get("calls", 0) + 1
+        if changed:
+            self.__dict__.setdefault("changed_inputs", []).append((what, list(changed)))
 
 
 class Timer:

@@ -22,6 +22,7 @@ import threading
 import numpy as np
 
 from specverify.errors import AdapterError
+from specverify.isolation import AdapterHandle
 from specverify.reference.batch import Coins, VerifyBatch
 from specverify.reference.tree_batch import TreeBatch, TreeCoins, shape_of
 
@@ -95,11 +96,25 @@ def check_output(out, shape: tuple, vocab: int, what: str) -> np.ndarray:
     return a
 
 
+def invoke(engine, method: str, *args, ctx, what: str, **kwargs):
+    """engine.<method>(*args, **kwargs) under the audit's timeout. An adapter behind a handle
+    (`specverify.isolation`) runs in its own process, times itself and reports the input arrays the call
+    changed: each change is noted on ctx (the `contract.inputs_unchanged` row); the harness keeps
+    judging with its own arrays, which the adapter never saw. A plain adapter object is called in a
+    thread (`call_with_timeout`)."""
+    if ctx.check:
+        what = f"{what}, check {ctx.check}"
+    if isinstance(engine, AdapterHandle):
+        value = engine.call(method, *args, what=what, **kwargs)
+        ctx.note_call(what, engine.last_mutated)
+        return value
+    return call_with_timeout(lambda: getattr(engine, method)(*args, **kwargs), timeout=ctx.timeout, what=what)
+
+
 def verified(engine, method: str, batch: VerifyBatch, coins, ctx, what: str) -> np.ndarray:
     """engine.<method>(batch, coins) under the timeout, output checked (`coins`: the seeds for
     verify_seeded)."""
-    fn = getattr(engine, method)
-    res = call_with_timeout(fn, batch, coins, timeout=ctx.timeout, what=f"{engine.name}.{method} ({what})")
+    res = invoke(engine, method, batch, coins, ctx=ctx, what=f"{engine.name}.{method} ({what})")
     return check_output(res, (batch.batch_size, batch.max_spec_len + 1), batch.vocab_size, f"{engine.name}.{method}")
 
 
@@ -197,23 +212,29 @@ def verified_trees(engine, batch: TreeBatch, coins: TreeCoins, ctx, what: str) -
     the whole batch) when only the one-request form exists."""
     shape = (batch.batch_size, batch.depth + 1)
     if hasattr(engine, "verify_trees"):
-        res = call_with_timeout(engine.verify_trees, batch, coins, timeout=ctx.timeout,
-                                what=f"{engine.name}.verify_trees ({what})")
+        res = invoke(engine, "verify_trees", batch, coins, ctx=ctx, what=f"{engine.name}.verify_trees ({what})")
         return check_output(res, shape, batch.vocab_size, f"{engine.name}.verify_trees")
-
-    def one_by_one():
-        out = np.full(shape, -1, np.int64)
-        for b in range(batch.batch_size):
-            tree, target, draft = batch.request(b)
-            res = engine.verify_tree(tree, target, draft, coins.accept[b], float(coins.final[b]))
-            tok = np.asarray(res[0] if isinstance(res, tuple) else res).reshape(-1)
-            if not 1 <= tok.size <= shape[1]:
-                raise AdapterError(f"{engine.name}.verify_tree: emitted {tok.size} tokens, expected 1..{shape[1]}")
-            out[b, :tok.size] = tok
-        return out
-
-    res = call_with_timeout(one_by_one, timeout=ctx.timeout, what=f"{engine.name}.verify_tree ({what})")
+    what = f"{engine.name}.verify_tree ({what})"
+    if isinstance(engine, AdapterHandle):                 # the loop runs where the adapter lives
+        res = engine.run(verify_tree_each, batch, coins, what=what)
+        ctx.note_call(what, engine.last_mutated)
+    else:
+        res = call_with_timeout(verify_tree_each, engine, batch, coins, timeout=ctx.timeout, what=what)
     return check_output(res, shape, batch.vocab_size, f"{engine.name}.verify_tree")
+
+
+def verify_tree_each(adapter, batch: TreeBatch, coins: TreeCoins) -> np.ndarray:
+    """The one-request tree form over a batch: adapter.verify_tree request by request."""
+    shape = (batch.batch_size, batch.depth + 1)
+    out = np.full(shape, -1, np.int64)
+    for b in range(batch.batch_size):
+        tree, target, draft = batch.request(b)
+        res = adapter.verify_tree(tree, target, draft, coins.accept[b], float(coins.final[b]))
+        tok = np.asarray(res[0] if isinstance(res, tuple) else res).reshape(-1)
+        if not 1 <= tok.size <= shape[1]:
+            raise AdapterError(f"{adapter.name}.verify_tree: emitted {tok.size} tokens, expected 1..{shape[1]}")
+        out[b, :tok.size] = tok
+    return out
 
 
 def run_tree(engine, problem: Problem, n: int, rng: np.random.Generator, ctx, branching=(2, 2),
@@ -231,7 +252,7 @@ def run_tree(engine, problem: Problem, n: int, rng: np.random.Generator, ctx, br
 
 def generated(engine, ctx, what: str, **kw):
     """engine.generate(**kw) under the timeout: (tokens int64 [n, length], info dict)."""
-    res = call_with_timeout(lambda: engine.generate(**kw), timeout=ctx.timeout, what=f"{engine.name}.generate ({what})")
+    res = invoke(engine, "generate", ctx=ctx, what=f"{engine.name}.generate ({what})", **kw)
     info = {}
     if isinstance(res, tuple) and len(res) == 2:
         res, info = res

@@ -39,6 +39,9 @@ def register(sub) -> None:
     p.add_argument("--report", metavar="DIR", help="also write an HTML + Markdown report of the result to DIR")
     p.add_argument("--full", action="store_true",
                    help="engine checks at full size (greedy bitwise: 256 prompts x 256 tokens, kappa 1..7, batch 1..64)")
+    p.add_argument("--in-process", action="store_true",
+                   help="run the adapter in the audit's own process, not in a worker process of its own (for "
+                        "debugging: a hang that holds the GIL then ignores --timeout, a crash ends the audit)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress line and no table")
     p.set_defaults(func=run)
 
@@ -80,7 +83,8 @@ def run(args) -> int:
              "checks": args.checks, "full": args.full or None}
     progress = Progress(quiet=args.quiet)
     try:
-        result = prepare(args.engine, given, progress=progress, label=lambda name: f"--{name}").run()
+        result = prepare(args.engine, given, progress=progress, label=lambda name: f"--{name}",
+                         isolated=not args.in_process).run()
     finally:
         progress.done()
     if args.json:

@@ -44,8 +44,10 @@ def audit(name: str, *, samples: int | None = None, seed: int = 0, alpha: float 
     from specverify.audit import prepare
     plan_probes, plan_samples, plan_checks = PLANS[name]
     checks = plan_checks if checks is None else checks
+    # in this process: each engine's findings run in a process of their own already (`--one`), and the
+    # probes reach into the adapter beyond the protocol's methods
     ready = prepare(name, {"seed": seed, "samples": samples or plan_samples, "alpha": alpha, "timeout": timeout,
-                           "checks": checks or None})
+                           "checks": checks or None}, isolated=False)
     if checks == []:                                    # the probes alone
         ready.settings = replace(ready.settings, checks=())
     ready.ctx.assisted_runs, ready.ctx.identity_runs = assisted_runs, identity_runs
