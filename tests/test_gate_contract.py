@@ -388,3 +388,28 @@ def test_ctrl_c_ends_the_audit_and_its_adapter_process_within_2_s(tmp_path):
     time.sleep(0.2)
     for pid in children:
         assert not os.path.exists(f"/proc/{pid}") or "zombie" in open(f"/proc/{pid}/status").read().lower(), pid
+
+
+# ------------------------------------------------------------------------- what kind of deviation
+
+@pytest.mark.parametrize("engine,kind", [
+    ("mutant:sampler-match", "exact-other-rule"),          # exact in law, accepts less: a speed bug
+    ("mutant:temperature-on-target-only", "exact-other-rule"),
+    ("mutant:keep-tail", "biased"),
+    ("lossy:threshold_acc=0.9", "biased"),
+])
+def test_a_verdict_says_what_kind_of_deviation_it_saw(engine, kind):
+    from specverify.audit import prepare
+    result = prepare(engine, {"samples": 20_000, "checks": "marginal,joint,acceptance,runs,transforms,identity"}).run()
+    assert result.verdict == "fail" and result.deviation["kind"] == kind, result.deviation
+    if kind == "exact-other-rule":
+        assert all(r.check in ("joint", "acceptance", "identity") for r in result.failed())
+        assert not any("has exact probability 0" in r.detail for r in result.failed())
+
+
+def test_a_passing_audit_has_no_deviation_and_the_cli_prints_the_kind():
+    from specverify.audit import prepare
+    assert prepare("reference", {"samples": 2000, "checks": "marginal"}).run().deviation is None
+    proc = cli("audit", "mutant:sampler-match", "--samples", "20000", "--checks", "joint,runs")
+    assert proc.returncode == 1
+    assert "FAIL (exact output law by another rule" in proc.stdout, proc.stdout[-800:]

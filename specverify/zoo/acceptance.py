@@ -62,7 +62,14 @@ class SamplerMatch(VectorSampler):
     that draw otherwise (ml-explore/mlx-swift-lm#459, lablup/mlxcel#902 and #992). Every emitted token
     is a fresh target draw, so the output stream is exact (mlxcel#992 measured this); what is wrong is
     the acceptance rate, sum_x p(x) q(x) instead of 1 - TV(p, q): a speed bug the acceptance check
-    (and the one-step chunk law) sees and the multi-step joint law cannot."""
+    (and the one-step chunk law) sees and the multi-step joint law cannot -- the audit's verdict kind
+    is "exact output law by another rule", not "biased".
+
+    It verifies chains only, as the engines that ship it do: fed through the recursive tree walk
+    (a fresh draw per sibling, then another for the recovered token) the rule would no longer be
+    sample-match, and biased."""
+
+    capabilities = {"chain", "greedy", "seeded"}
 
     def accept_rows(self, p, q, x, coin):
         return self.draw(p, coin) == x
