@@ -14,7 +14,7 @@ import importlib
 import inspect
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from specverify import __version__, stats
 from specverify import settings as settings_mod
@@ -121,10 +121,11 @@ def deviation_of(rows: list[CheckResult]) -> dict | None:
     return {"kind": kind, "text": KIND_TEXT[kind], "rows": len(failed)}
 
 
-def inputs_unchanged(ctx: Context) -> CheckResult:
+def inputs_unchanged(contexts: list) -> CheckResult:
     """The exact row `contract.inputs_unchanged`: no adapter call changed an array it was given (the
     handle compares every input with the audit's own copy after each call)."""
-    calls, changed = ctx.__dict__.get("calls", 0), ctx.__dict__.get("changed_inputs", [])
+    calls = sum(c.__dict__.get("calls", 0) for c in contexts)
+    changed = [x for c in contexts for x in c.__dict__.get("changed_inputs", [])]
     if changed:
         what, names = changed[0]
         detail = (f"{len(changed)} of {calls} adapter calls changed arrays they were given; first: {what} "
@@ -141,45 +142,128 @@ def verdict_of(rows: list[CheckResult]) -> str:
     return FAIL if any(r.verdict in (FAIL, ERROR) for r in rows) else PASS
 
 
-def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=None, extra=None) -> AuditResult:
-    """Run the battery (or the named checks) against `engine`; never raises for a failing engine
-    (an adapter that crashes, hangs or returns garbage raises AdapterError). `factory()` builds fresh
-    adapters of the same engine for the seeded checks (else ctx.factory; None skips them).
-    `extra(engine, ctx) -> rows`: more rows (an engine's own probes) decided with the battery's, in
-    one Holm family."""
-    start = time.perf_counter()
-    if factory is not None:
-        ctx.factory = factory
-    rows: list[CheckResult] = []
-    seconds, paid, not_covered = {}, {}, {}
-    for name in BATTERY if checks is None else checks:
+# checks that must share one context (they read the same one-step samples); the rest run alone
+SHARED_GROUPS = (onestep.USERS,)
+# groups started first when checks run side by side: the long ones (on our engine, bitwise is most of it)
+LONG_FIRST = ("bitwise", "transforms", "runs")
+
+
+@dataclass
+class _Ran:
+    """What running some checks against one adapter gave (rows per check, in the order run)."""
+
+    rows: dict = field(default_factory=dict)
+    seconds: dict = field(default_factory=dict)
+    paid: dict = field(default_factory=dict)
+    not_covered: dict = field(default_factory=dict)
+    shared: float = 0.0
+
+
+def run_checks(engine, ctx: Context, names, ran: _Ran) -> None:
+    """Run the named battery checks against `engine` in `ctx`, adding to `ran`."""
+    for name in names:
         module = importlib.import_module(f"specverify.checks.{name}")
         ctx.say(f"check {name}")
         ctx.check = name
         sampled = onestep.sampling_seconds(ctx)
         t0 = time.perf_counter()
         found = module.run(engine, ctx)
-        seconds[name] = time.perf_counter() - t0
-        paid[name] = onestep.sampling_seconds(ctx) - sampled
+        ran.seconds[name] = time.perf_counter() - t0
+        ran.paid[name] = onestep.sampling_seconds(ctx) - sampled
         for r in found:
             r.check = name
-        rows.extend(found)
+        ran.rows[name] = found
         if not any(r.verdict in (PASS, FAIL, ERROR, WARN) for r in found):
             skipped = [r.detail for r in found if r.detail]
-            not_covered[name] = skipped[0] if skipped else (
+            ran.not_covered[name] = skipped[0] if skipped else (
                 f"no row applies to capabilities {', '.join(sorted(getattr(engine, 'capabilities', ())))}")
     ctx.check = ""
+    ran.shared = onestep.sampling_seconds(ctx)
+
+
+def groups_of(names: list) -> list:
+    """The checks as groups that can run side by side (SHARED_GROUPS together), long ones first."""
+    groups, placed = [], set()
+    for name in names:
+        if name in placed:
+            continue
+        group = next(([n for n in g if n in names] for g in SHARED_GROUPS if name in g), [name])
+        placed.update(group)
+        groups.append(group)
+    return sorted(groups, key=lambda g: min((LONG_FIRST.index(n) for n in g if n in LONG_FIRST), default=len(LONG_FIRST)))
+
+
+def run_parallel(engine, ctx: Context, names: list, jobs: int, open_engine) -> list:
+    """Run the checks in `jobs` threads, each with its own adapter (`open_engine()` -> a handle in a
+    worker process of its own) and its own context (same seed and settings: every row is what a
+    serial run gives). Returns [(engine, ctx, _Ran)] of every job; the extra handles are closed."""
+    import queue
+    from concurrent.futures import ThreadPoolExecutor
+
+    todo = queue.SimpleQueue()
+    for group in groups_of(names):
+        todo.put(group)
+    jobs = min(jobs, len(names))
+    workers = [(engine, ctx)]
+    try:
+        for _ in range(jobs - 1):
+            extra = open_engine()
+            workers.append((extra, replace(ctx, factory=extra.fresh)))
+
+        def work(worker):
+            ran = _Ran()
+            while True:
+                try:
+                    group = todo.get_nowait()
+                except queue.Empty:
+                    return ran
+                run_checks(worker[0], worker[1], group, ran)
+
+        with ThreadPoolExecutor(len(workers), thread_name_prefix="specverify-check") as pool:
+            futures = [pool.submit(work, w) for w in workers]
+            try:
+                results = [f.result() for f in futures]
+            except BaseException:
+                for w, _ in workers:
+                    w.close()                   # the other jobs' calls end at once
+                raise
+    finally:
+        for w, _ in workers[1:]:
+            w.close()
+    return [(w, c, r) for (w, c), r in zip(workers, results)]
+
+
+def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=None, extra=None, *,
+              jobs: int = 1, open_engine=None) -> AuditResult:
+    """Run the battery (or the named checks) against `engine`; never raises for a failing engine
+    (an adapter that crashes, hangs or returns garbage raises AdapterError). `factory()` builds fresh
+    adapters of the same engine for the seeded checks (else ctx.factory; None skips them).
+    `extra(engine, ctx) -> rows`: more rows (an engine's own probes) decided with the battery's, in
+    one Holm family. `jobs` > 1 with `open_engine` runs independent checks side by side (`run_parallel`):
+    the same rows, in the same order, as one after the other."""
+    start = time.perf_counter()
+    if factory is not None:
+        ctx.factory = factory
+    names = list(BATTERY if checks is None else checks)
+    if jobs > 1 and open_engine is not None and len(names) > 1:
+        done = run_parallel(engine, ctx, names, jobs, open_engine)
+    else:
+        done = [(engine, ctx, _Ran())]
+        run_checks(engine, ctx, names, done[0][2])
+    rows = [r for name in names for _, _, ran in done for r in ran.rows.get(name, ())]
+    not_covered = {n: ran.not_covered[n] for n in names for _, _, ran in done if n in ran.not_covered}
+    # a check that reads the shared one-step samples needs their sampling time on its own
+    check_seconds = {k: v - ran.paid[k] + (ran.shared if k in onestep.USERS else 0.0)
+                     for _, _, ran in done for k, v in ran.seconds.items()}
+    check_seconds = {n: check_seconds[n] for n in names if n in check_seconds}
     if extra is not None:
         rows.extend(extra(engine, ctx))
-    # a check that reads the shared one-step samples needs their sampling time on its own
-    shared = onestep.sampling_seconds(ctx)
-    check_seconds = {k: v - paid[k] + (shared if k in onestep.USERS else 0.0) for k, v in seconds.items()}
     apply_holm(rows, ctx)
     if not any(r.verdict in (PASS, FAIL) for r in rows):
         raise AdapterError(f"engine {engine.name!r} supports none of the checks run (capabilities: "
-                           f"{sorted(getattr(engine, 'capabilities', ()))}; checks: {', '.join(seconds) or 'none'})")
+                           f"{sorted(getattr(engine, 'capabilities', ()))}; checks: {', '.join(names) or 'none'})")
     if isinstance(engine, AdapterHandle):
-        rows.append(inputs_unchanged(ctx))
+        rows.append(inputs_unchanged([c for _, c, _ in done]))
     return AuditResult(engine=str(engine.name), verdict=verdict_of(rows), seed=ctx.seed, alpha=ctx.alpha,
                        samples=ctx.samples, checks=rows, engine_version=getattr(engine, "version", None),
                        seconds=time.perf_counter() - start, check_seconds=check_seconds, deviation=deviation_of(rows),
@@ -195,11 +279,21 @@ class Audit:
     spec: str | None                # the name or plug-in spec that rebuilds it (for "reproduce:" lines)
     settings: settings_mod.Settings
     ctx: Context
+    source: object = None           # what prepare() was given, to open more adapters (None: it cannot)
 
-    def run(self, extra=None) -> AuditResult:
+    def run(self, extra=None, jobs: int = 1) -> AuditResult:
+        """Run the audit; `jobs` > 1 runs independent checks side by side, each job with an adapter
+        process of its own (results identical to one job). Closes the adapter when done."""
         checks = None if self.settings.checks is None else list(self.settings.checks)
+        if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+            raise InputError(f"jobs {jobs!r}: must be an integer >= 1")
+        open_engine = None
+        if self.source is not None:
+            def open_engine():
+                return open_adapter(self.source, timeout=self.settings.timeout, isolated=self.engine.isolated)
         try:
-            return run_audit(self.engine, self.ctx, checks, factory=self.factory, extra=extra)
+            return run_audit(self.engine, self.ctx, checks, factory=self.factory, extra=extra, jobs=jobs,
+                             open_engine=open_engine)
         finally:
             self.engine.close()
 
@@ -238,7 +332,8 @@ def prepare(engine, given: dict | None = None, *, progress=None, label=None, iso
         raise
     handle.timeout = s.timeout
     ctx = Context(seed=s.seed, samples=s.samples, alpha=s.alpha, timeout=s.timeout, progress=progress, full=s.full)
-    return Audit(engine=handle, factory=None if instance else handle.fresh, spec=spec, settings=s, ctx=ctx)
+    return Audit(engine=handle, factory=None if instance else handle.fresh, spec=spec, settings=s, ctx=ctx,
+                 source=None if instance else engine)
 
 
 def spec_of(obj) -> str | None:

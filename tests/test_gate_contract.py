@@ -413,3 +413,31 @@ def test_a_passing_audit_has_no_deviation_and_the_cli_prints_the_kind():
     proc = cli("audit", "mutant:sampler-match", "--samples", "20000", "--checks", "joint,runs")
     assert proc.returncode == 1
     assert "FAIL (exact output law by another rule" in proc.stdout, proc.stdout[-800:]
+
+
+def test_checks_side_by_side_give_exactly_the_serial_rows():
+    from specverify.audit import prepare
+
+    def rows(jobs):
+        result = prepare("reference", {"samples": 5000, "seed": 3}).run(jobs=jobs)
+        return [(r.name, r.verdict, r.statistic, r.p_value, r.n, r.min_detectable_tv) for r in result.checks]
+
+    assert rows(2) == rows(1)
+    one_line_exit_2(cli("audit", "reference", "--jobs", "0"), "--jobs 0: must be at least 1")
+
+
+def test_a_hung_adapter_in_pytest_is_killed_and_nothing_keeps_running(tmp_path):
+    (tmp_path / "test_hang.py").write_text(
+        "import pytest\n"
+        "@pytest.mark.specverify(samples=1000, timeout=2)\n"
+        "def test_hangs(specverify):\n"
+        f"    specverify.assert_exact({MISBEHAVING!r} + ':gil_hog')\n")
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_hang.py")],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 1 and "1 failed" in proc.stdout, proc.stdout[-2000:]
+    assert "no answer within 2 s; the adapter process was killed" in proc.stdout and "Traceback" not in proc.stdout
+    assert time.monotonic() - start < 120
+    # the worker's command line carries the audit's sys.path, which holds tmp_path: none may be left
+    left = subprocess.run(["pgrep", "-f", "specverify.isolation import serve"], capture_output=True, text=True).stdout
+    assert not [p for p in left.split() if os.path.exists(f"/proc/{p}") and str(tmp_path) in open(f"/proc/{p}/cmdline").read()]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from specverify.adapters.registry import described
@@ -39,6 +40,9 @@ def register(sub) -> None:
     p.add_argument("--report", metavar="DIR", help="also write an HTML + Markdown report of the result to DIR")
     p.add_argument("--full", action="store_true",
                    help="engine checks at full size (greedy bitwise: 256 prompts x 256 tokens, kappa 1..7, batch 1..64)")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="checks run side by side, each job with an adapter process of its own; results are "
+                        "identical to --jobs 1 (default: the number of CPU cores)")
     p.add_argument("--in-process", action="store_true",
                    help="run the adapter in the audit's own process, not in a worker process of its own (for "
                         "debugging: a hang that holds the GIL then ignores --timeout, a crash ends the audit)")
@@ -70,10 +74,14 @@ def table(result) -> str:
 
 def run(args) -> int:
     from specverify.audit import prepare
+    from specverify.errors import InputError
     from specverify.io import check_writable, json_text, write_json
     from specverify.progress import Progress
     from specverify.reports.atomic import check_replaceable
 
+    jobs = (os.cpu_count() or 1) if args.jobs is None else args.jobs
+    if jobs < 1:
+        raise InputError(f"--jobs {args.jobs}: must be at least 1")
     if args.json and args.json != "-":
         check_writable(args.json)
     if args.report:
@@ -84,7 +92,7 @@ def run(args) -> int:
     progress = Progress(quiet=args.quiet)
     try:
         result = prepare(args.engine, given, progress=progress, label=lambda name: f"--{name}",
-                         isolated=not args.in_process).run()
+                         isolated=not args.in_process).run(jobs=1 if args.in_process else jobs)
     finally:
         progress.done()
     if args.json:
