@@ -4,10 +4,14 @@
     version: str | None            the engine's version, recorded in every result
     capabilities: set[str]         which checks apply (below); the audit skips what is not declared
 
-The audit calls an adapter from one thread at a time, under a per-call timeout (`--timeout`). Ids it
-returns must be integers in [-1, V); anything else (wrong shape, floats, out-of-range ids), an
-exception or a timeout ends the audit with a one-line error (exit 2). A fresh adapter is built with
-the factory whenever a check needs one (the seeded checks replay calls on fresh instances).
+The audit runs an adapter in a worker process of its own (`specverify.isolation`; `--in-process`
+for debugging), one call at a time, under a per-call timeout (`--timeout`). Ids it returns must be
+integers in [-1, V); anything else (wrong shape, floats, out-of-range ids), an exception, a timeout
+or the worker's death ends the audit with a one-line error (exit 2). An adapter must not change the
+arrays it is given: each is compared after every call, and a change fails the exact row
+`contract.inputs_unchanged`. A fresh adapter is built with the factory whenever a check needs one
+(the seeded checks replay calls on fresh instances). Every capability must be one of CAPABILITIES
+and come with its method (`check_adapter`), or the audit does not start.
 
 Sampler level -- the harness injects every coin (layout and worked example: `reference.batch`):
 

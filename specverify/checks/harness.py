@@ -10,8 +10,10 @@ The adapter's methods (protocol: `specverify.adapters.protocol`):
     generate(target, draft, prompt, kappa, transform, seed, n, length) -> tokens [n, length]
              or (tokens, info)                                                         (engine)
 
-Every call runs under `call_with_timeout`: an adapter that raises, hangs or returns something that is
-not an integer array of the right shape with ids in [-1, V) is an AdapterError (one line; exit 2).
+Every call goes through `invoke`: to an adapter behind a handle (`specverify.isolation`, what
+`audit.prepare` opens) in its worker process, to a plain adapter object under `call_with_timeout`.
+An adapter that raises, hangs, dies or returns something that is not an integer array of the right
+shape with ids in [-1, V) is an AdapterError (one line; exit 2).
 """
 
 from __future__ import annotations
