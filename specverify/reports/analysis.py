@@ -17,6 +17,7 @@ other key of `data` is shown as a value. A new check needs no report code.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 
 import numpy as np
