@@ -3,7 +3,7 @@
 Layout (the same as vLLM's SpecDecodeMetadata, probabilities instead of logits):
 
     draft_token_ids   int64   [num_draft_total]        request b's drafts are a contiguous slice;
-                                                        -1 = padded (always rejected)
+                                                        PAD (-1) = padded (always rejected)
     num_draft_tokens  int64   [B]                      kappa_b >= 0
     cu_num_draft_tokens       [B]                      inclusive prefix sum of num_draft_tokens
     target_probs      float64 [num_draft_total + B, V] request b's kappa_b draft rows, then its bonus row
@@ -25,7 +25,7 @@ Worked example: three requests with 2, 0 and 1 drafts, V = 4.
     final coins         = [f0, f1, f2]
 
 The output is int64 [B, max_spec_len + 1], each row the emitted tokens left-aligned and padded with
--1; request 1 (no drafts) emits exactly one token, drawn from its bonus row with f1.
+PAD; request 1 (no drafts) emits exactly one token, drawn from its bonus row with f1.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ import numpy as np
 from specverify.errors import InputError
 
 from . import validate
+
+PAD = -1        # a padded draft id (never accepted), and the filler of output rows after the emitted tokens
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,7 @@ class VerifyBatch:
         draft = None
         if self.draft_probs is not None:
             draft = validate.prob_rows(self.draft_probs, "draft_probs", vocab_size=vocab, n_rows=total)
-            real = drafts >= 0
+            real = drafts != PAD
             zero = real & (draft[np.arange(total), np.where(real, drafts, 0)] <= 0)
             if zero.any():
                 i = int(np.flatnonzero(zero)[0])

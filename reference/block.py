@@ -30,13 +30,14 @@ import numpy as np
 
 from .chain import _check_drafted, _validated
 from .sampling import draw
+from .batch import PAD
 
 
 def _q_row(draft, drafts, i: int, vocab: int) -> np.ndarray:
     if draft is not None:
         return draft[i]
     q = np.zeros(vocab)
-    if drafts[i] >= 0:
+    if drafts[i] != PAD:
         q[int(drafts[i])] = 1.0
     return q
 
@@ -49,7 +50,7 @@ def block_rule(drafts, target, draft, coins, final) -> np.ndarray:
     tau, w_tau = 0, 1.0
     for i in range(1, kappa + 1):
         x = int(drafts[i - 1])
-        if x < 0:
+        if x == PAD:
             w = 0.0
         else:
             q = None if draft is None else draft[i - 1]

@@ -5,7 +5,7 @@ Chain, one request with kappa drafts x_0..x_{kappa-1}, target rows p_0..p_kappa,
 q_0..q_{kappa-1} (or none: deterministic draft, q_i one-hot at x_i):
 
     for i in 0..kappa-1:
-        if x_i == -1 (padded):          emit draw(p_i, final_coin); stop   # nothing was proposed
+        if x_i == PAD (padded):          emit draw(p_i, final_coin); stop   # nothing was proposed
         if accept_coins[i] * q_i[x_i] < p_i[x_i]:  emit x_i; continue
         emit draw(max(0, p_i - q_i), final_coin); stop                    # discard the tail
     emit draw(p_kappa, final_coin)                                         # bonus
@@ -21,7 +21,7 @@ import numpy as np
 from specverify.errors import InputError
 
 from . import validate
-from .batch import Coins, VerifyBatch
+from .batch import PAD, Coins, VerifyBatch
 from .sampling import accepts, argmax_lowest, draw, residual
 
 
@@ -65,7 +65,7 @@ def chain_rule(drafts, target, draft, coins, final) -> np.ndarray:
     for i, x in enumerate(drafts):
         x = int(x)
         p = target[i]
-        if x < 0:
+        if x == PAD:
             out.append(draw(p, final))
             return np.array(out, np.int64)
         q = None if draft is None else draft[i]
@@ -100,7 +100,7 @@ def verify_batch(batch: VerifyBatch, coins: Coins | None = None, *, rule=None) -
         raise InputError("a batch with non-greedy requests needs coins")
     if coins is not None:
         coins.check_for(batch)
-    out = np.full((batch.batch_size, batch.max_spec_len + 1), -1, np.int64)
+    out = np.full((batch.batch_size, batch.max_spec_len + 1), PAD, np.int64)
     starts = batch.draft_start
     for b in range(batch.batch_size):
         drafts, target, draft, greedy = batch.request(b)

@@ -20,7 +20,7 @@ import numpy as np
 from specverify.errors import InputError
 
 from . import rules
-from .batch import Coins, VerifyBatch
+from .batch import PAD, Coins, VerifyBatch
 from .sampling import residual
 
 # the kernels' rule kinds
@@ -110,7 +110,7 @@ def _chain_one(rule, params, drafts, target, draft, det, acc, final, out):
     for i in range(kappa):
         x = drafts[i]
         p = target[i]
-        if x < 0:
+        if x == PAD:
             out[i] = _draw(p, final)
             return i + 1
         qx = 1.0 if det else draft[i, x]
@@ -154,7 +154,7 @@ def _block_one(drafts, target, draft, det, acc, final, out):
     w_tau = 1.0
     for i in range(1, kappa + 1):
         x = drafts[i - 1]
-        if x < 0:
+        if x == PAD:
             w = 0.0
         else:
             qx = 1.0 if det else draft[i - 1, x]
@@ -286,7 +286,7 @@ def sample_one_step(target_rows, draft_rows=None, n: int = 100_000, seed: int = 
     last = np.array([np.flatnonzero(row > 0)[-1] for row in draft], np.int64)
     tables = _chain_tables(target, draft, det)
     rng = np.random.default_rng(seed)
-    out = np.full((n, kappa + 1), -1, np.int64)
+    out = np.full((n, kappa + 1), PAD, np.int64)
     drafts = np.empty((min(n, CHUNK), kappa), np.int64)
     for s in range(0, n, CHUNK):
         m = min(CHUNK, n - s)
@@ -310,7 +310,7 @@ def verify_batch(batch: VerifyBatch, coins: Coins | None = None, rule: str = "ch
     det = batch.draft_probs is None
     draft = batch.draft_probs if not det else np.zeros((0, batch.vocab_size))
     kinds = np.where(batch.greedy, GREEDY, _code(rule)).astype(np.int64)
-    out = np.full((batch.batch_size, batch.max_spec_len + 1), -1, np.int64)
+    out = np.full((batch.batch_size, batch.max_spec_len + 1), PAD, np.int64)
     _batch_kernel(kinds, np.asarray(params, np.float64), batch.draft_token_ids, batch.num_draft_tokens, batch.draft_start,
                   batch.target_probs, draft, det, coins.accept, coins.final, out)
     return out

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .sampling import draw, residual
+from .batch import PAD
 
 @dataclass(frozen=True)
 class ThresholdRule:
@@ -40,7 +41,7 @@ class ThresholdRule:
             x = int(x)
             p = target[i]
             q = None if draft is None else draft[i]
-            if x < 0:
+            if x == PAD:
                 out.append(draw(p, final))
                 return np.array(out, np.int64)
             qx = 1.0 if q is None else q[x]
@@ -74,7 +75,7 @@ class TypicalRule:
         for i, x in enumerate(drafts):
             x = int(x)
             p = target[i]
-            if x >= 0 and p[x] > self.cutoff(p):
+            if x != PAD and p[x] > self.cutoff(p):
                 out.append(x)
                 continue
             out.append(draw(p, final))

@@ -31,7 +31,7 @@ from specverify import __version__
 from specverify.errors import InputError
 
 from . import fast
-from .batch import Coins, VerifyBatch
+from .batch import PAD, Coins, VerifyBatch
 from .toy import prefix_indices
 from .transforms import Transform
 from .vector import inverse_cdf
@@ -112,7 +112,7 @@ class SpecEngine:
         greedy = transform.greedy
         d_transform = self.draft_transform(transform)
         max_len = len(prompt) + length - 1 + kappa       # the longest prefix a correct engine scores
-        tokens = np.full((n, length + kappa + 1), -1, np.int64)   # generated tokens (may overshoot)
+        tokens = np.full((n, length + kappa + 1), PAD, np.int64)   # generated tokens (may overshoot)
         done_len = np.zeros(n, np.int64)
         t_ctx = _Contexts(n, prompt, vocab)
         d_ctx = _Contexts(n, prompt, vocab)
@@ -149,13 +149,13 @@ class SpecEngine:
             coins = Coins(rng.random(m * kappa), rng.random(m))
             out = np.asarray(self._verify(batch, coins))
             # 4. commit
-            n_emit = (out >= 0).sum(axis=1)
+            n_emit = (out != PAD).sum(axis=1)
             info["num_steps"] += m
             info["num_drafted"] += m * kappa
             info["num_accepted"] += int((n_emit - 1).sum())
             width = out.shape[1]
             cols = done_len[live][:, None] + np.arange(width)[None, :]
-            ok = out >= 0
+            ok = out != PAD
             tokens[np.repeat(live, width)[ok.reshape(-1)], cols[ok]] = out[ok]
             done_len[live] += n_emit
             t_ctx.append(live, self.target_segment(drafts, out))

@@ -33,7 +33,7 @@ import numpy as np
 
 from specverify import __version__
 
-from .batch import Coins, VerifyBatch
+from .batch import PAD, Coins, VerifyBatch
 from .tree_batch import TreeBatch, TreeCoins
 
 
@@ -138,15 +138,15 @@ class VectorSampler:
 
     def drafted_prob(self, rows, x):
         """rows[n, x[n]]; a padded draft (x = -1) reads 0 (it is rejected before any use)."""
-        return np.where(x >= 0, rows[np.arange(x.size), np.maximum(x, 0)], 0.0)
+        return np.where(x != PAD, rows[np.arange(x.size), np.maximum(x, 0)], 0.0)
 
     def is_padded(self, x):
-        return x < 0
+        return x == PAD
 
     # ------------------------------------------------------------------ chain and greedy
 
     def verify(self, batch: VerifyBatch, coins: Coins | None) -> np.ndarray:
-        out = np.full((batch.batch_size, batch.max_spec_len + 1), -1, np.int64)
+        out = np.full((batch.batch_size, batch.max_spec_len + 1), PAD, np.int64)
         self._greedy(batch, out)
         if (~batch.greedy).any():
             self._chain(batch, coins, out)
@@ -225,8 +225,8 @@ class VectorSampler:
         """Recursive rejection (`reference.tree`) for every request of a TreeBatch at once."""
         n, vocab = batch.batch_size, batch.vocab_size
         kids = {u: batch.children(u) for u in range(-1, batch.num_nodes)}
-        out = np.full((n, batch.depth + 1), -1, np.int64)
-        node = np.full(n, -1, np.int64)
+        out = np.full((n, batch.depth + 1), PAD, np.int64)
+        node = np.full(n, PAD, np.int64)
         done = np.zeros(n, bool)
         r_row = batch.target_probs[:, 0, :].copy()            # current row r of each request
         for depth in range(batch.depth + 1):

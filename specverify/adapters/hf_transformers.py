@@ -36,6 +36,7 @@ import numpy as np
 from specverify.reference.sampling import draw
 
 from . import installed
+from specverify.reference.batch import PAD
 
 
 class TransformersSampler:
@@ -105,7 +106,7 @@ class TransformersSampler:
         return selected[:n + 1]
 
     def verify(self, batch, coins):
-        out = np.full((batch.batch_size, batch.max_spec_len + 1), -1, np.int64)
+        out = np.full((batch.batch_size, batch.max_spec_len + 1), PAD, np.int64)
         for b in range(batch.batch_size):
             drafts, target, draft, greedy = batch.request(b)
             if greedy:

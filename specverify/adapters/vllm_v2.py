@@ -33,6 +33,7 @@ import hashlib
 import numpy as np
 
 from . import installed
+from specverify.reference.batch import PAD
 
 MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"
 TINY = np.float32(2.0**-149)
@@ -121,7 +122,7 @@ class VllmV2Sampler:
         finally:
             self.mod.tl_rand32, self.mod.tldevice = real, real_dev
         sampled, num = sampled.numpy(), num.numpy()
-        out = np.full((b, k + 1), -1, np.int64)
+        out = np.full((b, k + 1), PAD, np.int64)
         for r in range(b):
             out[r, :num[r]] = sampled[r, :num[r]]
         return out

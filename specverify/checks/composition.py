@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from specverify.reference import rules
-from specverify.reference.batch import Coins, VerifyBatch
+from specverify.reference.batch import PAD, Coins, VerifyBatch
 from specverify.reference.tree_batch import TreeBatch, TreeCoins
 
 from . import harness
@@ -34,7 +34,7 @@ def probes(rng: np.random.Generator, stochastic: bool = True):
         k = {0: 1, 1: 2, 2: 3, 3: 0, 4: 3, 5: 2}[kind]
         x, p, q = drafted_request(rng, k, VOCAB, 0.6)
         if kind == 4:
-            x[1:] = -1
+            x[1:] = PAD
         if not stochastic:
             q = None
         elif j % 12 == 7:     # a deterministic draft inside a stochastic batch: q one-hot
@@ -64,7 +64,7 @@ def compare_alone_vs_mixed(engine, method: str, reqs, acc, fin, rng, ctx, what: 
         out = harness.verified(engine, method, batch, coins, ctx, f"{what} mixed")
         for pos, i in enumerate(order):
             a = alone[i][alone[i] >= 0]
-            m = out[pos][out[pos] >= 0]
+            m = out[pos][out[pos] != PAD]
             n += 1
             if a.shape != m.shape or (a != m).any():
                 diffs.append(f"request with drafts {reqs[i][0].tolist()} (greedy={reqs[i][3]}): alone {a.tolist()}, "

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from specverify.reference import rules
-from specverify.reference.batch import Coins, VerifyBatch
+from specverify.reference.batch import PAD, Coins, VerifyBatch
 from specverify.reference.tree_batch import TreeBatch, TreeCoins, shape_of
 
 from . import harness
@@ -76,7 +76,7 @@ def zero_prob_violations(batch: VerifyBatch, out: np.ndarray) -> list[str]:
     k = batch.num_draft_tokens
     for b in range(batch.batch_size):
         for i, tok in enumerate(out[b]):
-            if tok < 0 or i > k[b]:
+            if tok == PAD or i > k[b]:
                 continue
             if batch.target_probs[t0[b] + i, tok] <= 0:
                 found.append(f"request {b} (drafts {batch.request(b)[0].tolist()}) emitted token {tok} of "
@@ -91,14 +91,14 @@ def structure_violations(batch: VerifyBatch, out: np.ndarray) -> list[str]:
     for b in range(batch.batch_size):
         row = out[b]
         drafts = batch.request(b)[0]
-        n = int((row >= 0).sum())
+        n = int((row != PAD).sum())
         if n == 0:
             found.append(f"request {b} emitted nothing")
-        elif (row[:n] < 0).any():
+        elif (row[:n] == PAD).any():
             found.append(f"request {b} emitted -1 between tokens: {row.tolist()}")
         elif n > k[b] + 1:
             found.append(f"request {b} emitted {n} tokens with {k[b]} drafts")
-        elif (row[:n - 1] != drafts[:n - 1]).any() or (drafts[:n - 1] < 0).any():
+        elif (row[:n - 1] != drafts[:n - 1]).any() or (drafts[:n - 1] == PAD).any():
             found.append(f"request {b} emitted {row[:n].tolist()} for drafts {drafts.tolist()}: a token before "
                          f"the last is not the accepted draft at its position")
     return found
@@ -111,7 +111,7 @@ def random_batch(rng: np.random.Generator, n: int = 400, vocab: int = 6) -> Veri
         k = int(rng.integers(0, 4))
         x, p, q = drafted_request(rng, k, vocab, 0.5)
         if k and rng.random() < 0.2:
-            x[int(rng.integers(0, k))] = -1
+            x[int(rng.integers(0, k))] = PAD
         reqs.append((x, p, q, bool(rng.random() < 0.2)))
     return VerifyBatch.from_requests(reqs)
 
@@ -148,7 +148,7 @@ def _tree_zero_violations(batch: TreeBatch, out) -> list[str]:
     bad = []
     for b in range(batch.batch_size):
         for d, tok in enumerate(out[b]):
-            if tok >= 0 and depth_row[d][tok] <= 0:
+            if tok != PAD and depth_row[d][tok] <= 0:
                 bad.append(f"request {b} (tree tokens {batch.tokens[b].tolist()}) emitted token {tok} of probability 0 at depth {d}")
     return bad
 

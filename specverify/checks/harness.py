@@ -25,7 +25,7 @@ import numpy as np
 
 from specverify.errors import AdapterError
 from specverify.isolation import AdapterHandle
-from specverify.reference.batch import Coins, VerifyBatch
+from specverify.reference.batch import PAD, Coins, VerifyBatch
 from specverify.reference.tree_batch import TreeBatch, TreeCoins, shape_of
 
 from .problems import Problem, sample_rows
@@ -228,7 +228,7 @@ def verified_trees(engine, batch: TreeBatch, coins: TreeCoins, ctx, what: str) -
 def verify_tree_each(adapter, batch: TreeBatch, coins: TreeCoins) -> np.ndarray:
     """The one-request tree form over a batch: adapter.verify_tree request by request."""
     shape = (batch.batch_size, batch.depth + 1)
-    out = np.full(shape, -1, np.int64)
+    out = np.full(shape, PAD, np.int64)
     for b in range(batch.batch_size):
         tree, target, draft = batch.request(b)
         res = adapter.verify_tree(tree, target, draft, coins.accept[b], float(coins.final[b]))

@@ -14,6 +14,7 @@ from specverify.reference.laws import encode
 
 from . import onestep
 from .base import FAIL, PASS, CheckResult
+from specverify.reference.batch import PAD
 
 
 def sequence_gof(name: str, samples: np.ndarray, law, seconds: float, ctx) -> CheckResult:
@@ -26,9 +27,9 @@ def sequence_gof(name: str, samples: np.ndarray, law, seconds: float, ctx) -> Ch
         bad = ~np.isin(codes, support)
         first = samples[np.flatnonzero(bad)[0]]
         return CheckResult(name, FAIL, n=n, exact=True, seconds=seconds,
-                           detail=f"emitted sequence {first[first >= 0].tolist()} has exact probability 0 "
+                           detail=f"emitted sequence {first[first != PAD].tolist()} has exact probability 0 "
                                   f"({int(bad.sum())} of {n} samples)",
-                           data={"impossible_example": first[first >= 0].tolist(), "impossible_count": int(bad.sum())})
+                           data={"impossible_example": first[first != PAD].tolist(), "impossible_count": int(bad.sum())})
     res = stats.pearson(counts, law.probs, alpha=ctx.alpha, min_expected=ctx.min_expected)
     return CheckResult(name, PASS, statistic=res.statistic, p_value=res.p_value, dof=res.dof, n=n, seconds=seconds,
                        detail=f"{len(law.probs)} sequences in {res.cells} cells, {res.p_value_method} p-value",

@@ -24,6 +24,7 @@ import numpy as np
 from specverify.reference import laws
 from specverify.reference.rules import RULES
 from specverify.reference.toy import FixedRows
+from specverify.reference.batch import PAD
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,7 +70,7 @@ class Problem:
         else:
             out = sample_rows(self.draft, rng.random((n, self.kappa)))
         if self.pad_from is not None:
-            out[:, self.pad_from:] = -1
+            out[:, self.pad_from:] = PAD
         return out
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specverify.reference.batch import VerifyBatch
+from specverify.reference.batch import PAD, VerifyBatch
 
 from .base import FAIL, PASS, SKIP, CheckResult, Timer
 from .composition import VOCAB
@@ -29,7 +29,7 @@ M = 64
 def _request(rng, k, greedy=False, pad=False):
     x, p, q = drafted_request(rng, k, VOCAB, 0.6)
     if pad and k:
-        x[1:] = -1
+        x[1:] = PAD
     return (x, p, q, greedy)
 
 

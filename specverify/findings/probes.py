@@ -61,7 +61,7 @@ def residual_zero(engine, method: str = "verify") -> list[CheckResult]:
             rows.append(CheckResult(name, FAIL, n=2, exact=True, seconds=t.seconds, data={**data, "error": err},
                                     detail=f"the engine raised on an all-zero residual: {err}"))
             continue
-        bad = [(r, int(tok)) for r, row in enumerate(out) for tok in row[row >= 0] if RZ_P[tok] == 0.0]
+        bad = [(r, int(tok)) for r, row in enumerate(out) for tok in row[row != PAD] if RZ_P[tok] == 0.0]
         data["emitted"] = out.tolist()
         rows.append(CheckResult(name, FAIL if bad else PASS, n=2, exact=True, seconds=t.seconds, data=data,
                                 detail=(f"all-zero residual: emitted token(s) {sorted({b[1] for b in bad})} of target "
@@ -78,7 +78,7 @@ def padded_recovered(engine, rng: np.random.Generator, n: int = PADDED_N) -> lis
     rows = []
     for with_q in (True, False):
         with Timer() as t:
-            batch = VerifyBatch(draft_token_ids=np.full(n, -1), num_draft_tokens=np.ones(n, np.int64),
+            batch = VerifyBatch(draft_token_ids=np.full(n, PAD), num_draft_tokens=np.ones(n, np.int64),
                                 target_probs=np.tile(PAD_P, (2 * n, 1)),
                                 draft_probs=np.tile(PAD_Q, (n, 1)) if with_q else None)
             out = np.asarray(engine.verify(batch, Coins.random(batch, rng)))
@@ -127,7 +127,7 @@ def tree_greedy(engine, rng: np.random.Generator, b: int = 3000) -> list[CheckRe
     with Timer() as t:
         tokens, parents, predict, depth = random_trees(rng, b)
         out = engine.verify_trees(tokens, parents, predict, depth)
-    want = np.full_like(out, -1)
+    want = np.full_like(out, PAD)
     for r in range(b):
         w = greedy_tree_walk(tokens[r], parents[r], predict[r])
         want[r, :len(w)] = w

@@ -15,6 +15,7 @@ from specverify.reference.toy_engine import SpecEngine
 from specverify.reference.transforms import Transform
 
 from .registry import mutant
+from specverify.reference.batch import PAD
 
 
 @mutant(12, "temperature-on-target-only", targets=("identity",))
@@ -38,7 +39,7 @@ class StaleKv(SpecEngine):
     step is old context + all kappa drafts + the last emitted token."""
 
     def target_segment(self, drafts, emitted):
-        n_emit = (emitted >= 0).sum(axis=1)
+        n_emit = (emitted != PAD).sum(axis=1)
         last = emitted[np.arange(emitted.shape[0]), n_emit - 1]
         return np.concatenate([drafts, last[:, None]], axis=1)
 
@@ -74,8 +75,8 @@ class DraftKvRewind(SpecEngine):
     only the identity-draft check sees."""
 
     def draft_segment(self, drafts, emitted):
-        n_acc = (emitted >= 0).sum(axis=1) - 1
+        n_acc = (emitted != PAD).sum(axis=1) - 1
         seg = emitted.copy()
         rows = np.flatnonzero(n_acc > 0)
-        seg[rows, n_acc[rows] - 1] = -1
+        seg[rows, n_acc[rows] - 1] = PAD
         return seg
