@@ -225,7 +225,7 @@ def run_parallel(engine, ctx: Context, names: list, jobs: int, open_engine) -> l
                 results = [f.result() for f in futures]
             except BaseException:
                 for w, _ in workers:
-                    w.close()                   # the other jobs' calls end at once
+                    w.kill()                    # every job's call ends at once (^C: within 2 s)
                 raise
     finally:
         for w, _ in workers[1:]:
@@ -294,6 +294,9 @@ class Audit:
         try:
             return run_audit(self.engine, self.ctx, checks, factory=self.factory, extra=extra, jobs=jobs,
                              open_engine=open_engine)
+        except BaseException:
+            self.engine.kill()
+            raise
         finally:
             self.engine.close()
 

@@ -152,7 +152,8 @@ def open_adapter(spec, *, timeout: float, isolated: bool = True) -> "AdapterHand
 
 
 class AdapterHandle:
-    """An adapter under audit, reached through `call` / `run` (module docstring). Attributes: name,
+    """An adapter under audit, reached through `call` / `run` (module docstring); `local` is the adapter
+    object itself in in-process mode (for code that reaches past the protocol). Attributes: name,
     version (str or None), capabilities (set), methods (frozenset of METHODS present), the ATTRIBUTES
     the adapter has, isolated, timeout, last_mutated, pid."""
 
@@ -211,11 +212,24 @@ class AdapterHandle:
         else:
             self._dropper()
 
+    def kill(self) -> None:
+        """End the worker at once (SIGKILL, no grace), for an audit that is being interrupted; then close."""
+        if self._owner and self.isolated and not self.closed:
+            self._backend.kill()
+        self.close()
+
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
+
+    @property
+    def local(self):
+        """The adapter object (in-process mode only: an isolated adapter lives in its worker)."""
+        if self.isolated:
+            raise AdapterError(f"{self.name}: the adapter lives in its worker process; open it with isolated=False")
+        return self._backend.instances[self._iid]
 
     @property
     def pid(self) -> int | None:

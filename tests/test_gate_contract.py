@@ -339,7 +339,7 @@ def test_a_gil_hog_is_killed_at_the_timeout_and_the_audit_ends_with_one_line():
     start = time.monotonic()
     line = one_line_exit_2(cli("audit", f"{MISBEHAVING}:gil_hog", "--samples", "1000", "--timeout", "3"),
                            "no answer within 3 s; the adapter process was killed")
-    assert time.monotonic() - start < 60 and "verify (chain[dirichlet]), check marginal" in line
+    assert time.monotonic() - start < 60 and ".verify (" in line and ", check " in line   # the call, its check
 
 
 @pytest.mark.parametrize("factory,needle", [("exits", "exited with status 3"), ("segfault", "SIGSEGV")])

@@ -52,7 +52,8 @@ def audit(name: str, *, samples: int | None = None, seed: int = 0, alpha: float 
         ready.settings = replace(ready.settings, checks=())
     ready.ctx.assisted_runs, ready.ctx.identity_runs = assisted_runs, identity_runs
     probe_names = plan_probes if probe_names is None else probe_names
-    return ready.run(extra=lambda engine, ctx: run_probes(engine, probe_names, ctx)), ready.engine
+    adapter = ready.engine.local
+    return ready.run(extra=lambda engine, ctx: run_probes(adapter, probe_names, ctx)), adapter
 
 
 def slug(text: str) -> str:
