@@ -1,11 +1,11 @@
 """Adapters in their own process (`specverify.isolation`): same answers as in-process, and hangs,
 crashes, stray output, mutated inputs and ^C handled."""
 
-import mmap
 import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -17,9 +17,8 @@ from specverify.adapters.treebatch import TreeCoins
 from specverify.checks import harness
 from specverify.checks.problems import Problem
 from specverify.errors import AdapterError, InputError
+from specverify import isolation
 from specverify.isolation import open_adapter
-from specverify.isolation.wire import Arena, WrittenPages, factory_ref, resolve_ref
-from specverify.isolation.worker import Server
 from specverify.reference.batch import Coins
 from specverify.reference.chain import verify_batch
 from specverify.reference.toy import ToyModel
@@ -156,9 +155,9 @@ def test_factory_by_callable_and_class():
         assert np.array_equal(h.verify(batch, coins), want)
         f = h.fresh()
         assert np.array_equal(f.verify(batch, coins), want)
-    ref = factory_ref(ReferenceEngine)
+    ref = isolation._factory_ref(ReferenceEngine)
     assert ref[:3] == ("ref", "specverify.adapters.reference", "ReferenceEngine")
-    assert resolve_ref(ref) is ReferenceEngine
+    assert isolation._resolve_ref(ref) is ReferenceEngine
     with pytest.raises(AdapterError, match='"pkg.module:factory"'):
         open_adapter(lambda: ReferenceEngine(), timeout=10)
     with pytest.raises(AdapterError, match="instance"):
@@ -268,15 +267,15 @@ def test_mutated_inputs_are_named(isolated):
 
 def test_written_pages_are_found():
     """The worker's way to find written arguments: private pages of the argument arena."""
-    written = WrittenPages.probe()
+    written = isolation._WrittenPages.probe()
     if written is None:
         pytest.skip("no /proc/self/pagemap here: the audit compares the arguments itself")
-    page = mmap.PAGESIZE
-    arena = Arena(16 * page, private=True)
-    shared = Arena(16 * page, fd=os.dup(arena.fd))          # the audit's side of the same file
+    page = isolation.mmap.PAGESIZE
+    arena = isolation._Arena(16 * page, private=True)
+    shared = isolation._Arena(16 * page, fd=os.dup(arena.fd))          # the audit's side of the same file
     shared.bytes[:] = 7
     layout = [(0, (2 * page,), np.uint8, "a"), (2 * page + 64, (100,), np.float64, "b"), (5 * page, (3,), np.int64, "c")]
-    server = object.__new__(Server)
+    server = object.__new__(isolation._Server)
     server.arena, server.written = arena, written
     assert server.mutated(layout, restore=True) == []
     arena.bytes[2 * page + 64 + 8:2 * page + 64 + 16] = 0              # b[1] = 0.0
@@ -308,6 +307,7 @@ AUDIT_LOOP = """
 import sys, numpy as np
 sys.path.insert(0, {tests!r})
 from test_isolation import chain_call, plugin
+from specverify import isolation
 from specverify.isolation import open_adapter
 try:
     with open_adapter({spec!r}, timeout=60) as h:
