@@ -80,6 +80,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import faulthandler
 import functools
 import gc
 import importlib
@@ -924,7 +925,6 @@ def serve(sock_fd: int, lifeline: int) -> None:
     """The worker's main loop (started by `_BOOT`): build adapters and answer calls until told to
     close, the audit's socket closes, or the lifeline pipe does (the audit is gone)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    import faulthandler
     faulthandler.enable(all_threads=False)  # a crash leaves the crashing thread's stack in the output
     threading.Thread(target=_watch_lifeline, args=(lifeline,), daemon=True).start()
     _Server(Connection(sock_fd), socket.socket(fileno=os.dup(sock_fd))).loop()
@@ -934,12 +934,15 @@ def serve(sock_fd: int, lifeline: int) -> None:
 
 
 def _watch_lifeline(fd: int) -> None:
+    """Exit when the audit's end of the lifeline pipe closes (it has closed the handle, or died)."""
     while os.read(fd, 1):
         pass
     os._exit(0)
 
 
 class _Server:
+    """One worker's adapters (by instance id), its arenas and its side of the socket."""
+
     def __init__(self, conn: Connection, sock: socket.socket):
         self.conn, self.sock = conn, sock
         self.factory = None

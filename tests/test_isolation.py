@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -307,7 +306,6 @@ AUDIT_LOOP = """
 import sys, numpy as np
 sys.path.insert(0, {tests!r})
 from test_isolation import chain_call, plugin
-from specverify import isolation
 from specverify.isolation import open_adapter
 try:
     with open_adapter({spec!r}, timeout=60) as h:
