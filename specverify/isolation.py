@@ -30,19 +30,26 @@ printing is caught too -- go to one anonymous temporary file, never to the audit
 `--json -` output; its last lines are part of the error messages. Python output is unbuffered there;
 what C code leaves in its stdio buffers is lost if the worker is killed.
 
-Arguments and results cross a socket as pickles. The numpy arrays in the arguments (found through
-dataclass fields, public attributes, tuples, lists and dicts: the VerifyBatch / TreeBatch / Coins fields)
-cross through one shared arena instead: an anonymous memory file (memfd) passed by descriptor, so no
-named segment can outlive a killed process, reused across calls and grown when a call needs more. The
-adapter sees views into it (writable). After the call the audit compares every arena slot with its own
-array, byte for byte; the names of those that differ are `handle.last_mutated` (a list, [] when the
-adapter left its inputs alone). The audit's own arrays are never handed to the adapter, so it goes on
-judging with them. An adapter that keeps a view of an input after a call returns is noticed (the view
-keeps its arena slot alive): the arena is then left to it and the next call gets a new one. Toy models
-cross without their memo (`reference.toy.ToyModel._cache`), the torch form of a toy model
-(`reference.torch_toy`) as its toy model, rebuilt on the other side; results come back as plain data
-(arrays; tensors as arrays; an object with `tokens` as a namespace of tokens and the step counts). A
-callable argument (a progress callback) stays in the audit and is called there when the worker calls it.
+Arguments and results cross a socket as pickles, their numpy arrays through shared memory instead:
+the arrays of the arguments (found through dataclass fields, public attributes, tuples, lists and dicts:
+the VerifyBatch / TreeBatch / Coins fields) are copied into an argument arena, the result's arrays
+come back through a result arena -- each an anonymous memory file (memfd) passed by descriptor, so no
+named segment can outlive a killed process, reused across calls and replaced by a bigger one when a
+call needs more. The adapter sees writable views into the argument arena, which the worker maps
+privately: a page the adapter writes becomes the worker's own copy, the audit's bytes stay as they
+were, and after the call the worker finds the pages written (/proc/self/pagemap), compares just the
+arrays on them with the audit's bytes and puts the pages back. The names of the arrays that changed
+are `handle.last_mutated` (a list, [] when the adapter left its inputs alone); where there is no
+pagemap the worker maps the arena shared and the audit compares every array with its own after the
+call. The audit's own arrays are never handed to the adapter, so it goes on judging with them. An
+adapter that keeps a view of an input after a call returns is noticed (the view keeps its arena slot
+alive): the arena is then left to it and the next call gets a new one. Toy models cross without their
+memo (`reference.toy.ToyModel._cache`), the torch form of a toy model (`reference.torch_toy`) as its toy
+model, rebuilt on the other side; results come back as plain data (arrays; tensors as arrays; an
+object with `tokens` as a namespace of tokens and the step counts). A callable argument (a progress
+callback) stays in the audit and is called there when the worker calls it. OpenMP threads in the
+worker wait passively between parallel regions unless the audit's environment says otherwise
+(WORKER_ENV).
 
 Failures, each an AdapterError whose first line starts with the call's `what`:
     no answer within `timeout`  "<what>: no answer within T s; the adapter process was killed"
@@ -73,6 +80,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import faulthandler
 import functools
 import gc
 import importlib
@@ -304,10 +312,12 @@ def _callbacks(args, kwargs) -> list:
 
 class _Encoder(pickle.Pickler):
     """Pickles the arguments with the named arrays and callbacks replaced by tokens ("a", i) / ("c", j),
-    toy models without their memo and torch toy models as their toy model."""
+    toy models without their memo and torch toy models as their toy model; for the worker
+    (`worker`), functions and classes of the audit's main script as its file and qualified name."""
 
-    def __init__(self, file, arrays, callbacks):
+    def __init__(self, file, arrays, callbacks, worker: bool):
         super().__init__(file, pickle.HIGHEST_PROTOCOL)
+        self.worker = worker
         self.tokens = {id(a): ("a", i) for i, (_, a) in enumerate(arrays)}
         self.tokens.update({id(f): ("c", j) for j, f in enumerate(callbacks)})
 
@@ -316,10 +326,11 @@ class _Encoder(pickle.Pickler):
 
     def reducer_override(self, obj):
         cls = type(obj)
-        if isinstance(obj, (types.FunctionType, type)) and obj.__module__ == "__main__" and "<" not in obj.__qualname__:
-            main = getattr(sys.modules["__main__"], "__file__", None)       # a script's function, for run()
+        if self.worker and isinstance(obj, (types.FunctionType, type)) and obj.__module__ == "__main__" \
+                and "<" not in obj.__qualname__:
+            main = getattr(sys.modules["__main__"], "__file__", None)
             if main:
-                return _resolve_factory, (("ref", "__main__", obj.__qualname__, os.path.abspath(main)),)
+                return _resolve_ref, (("ref", "__main__", obj.__qualname__, os.path.abspath(main)),)
         if cls is ToyModel:
             return ToyModel, (obj.vocab_size, obj.seed, obj.scale, obj.zero_frac, obj.base, obj.noise)
         if cls.__module__ == as_torch.__module__ and hasattr(obj, "toy"):
@@ -327,9 +338,9 @@ class _Encoder(pickle.Pickler):
         return NotImplemented
 
 
-def _encode(obj, arrays, callbacks) -> bytes:
+def _encode(obj, arrays, callbacks, worker: bool) -> bytes:
     buf = io.BytesIO()
-    _Encoder(buf, arrays, callbacks).dump(obj)
+    _Encoder(buf, arrays, callbacks, worker).dump(obj)
     return buf.getvalue()
 
 
@@ -458,8 +469,9 @@ def _factory_ref(spec):
                            f"({type(exc).__name__}: {exc}); {hint}".splitlines()[0]) from exc
 
 
-def _resolve_factory(ref):
-    """The zero-argument factory a `_factory_ref` names (in the process that builds the adapter)."""
+def _resolve_ref(ref):
+    """The callable a `_factory_ref` names, in the worker: the factory, or a script's function run()
+    is given (`_Encoder`)."""
     kind = ref[0]
     if kind == "name":
         from specverify.adapters.registry import factory
@@ -563,7 +575,7 @@ class _InProcess:
         copies = [a.copy() for _, a in arrays]
         op, fn = target
         adapter = self.instances[iid]
-        a2, k2 = _Decoder(_encode((args, kwargs), arrays, callbacks), copies,
+        a2, k2 = _Decoder(_encode((args, kwargs), arrays, callbacks, worker=False), copies,
                           lambda j, *a, **k: callbacks[j](*a, **k)).load()
         call = (lambda: getattr(adapter, fn)(*a2, **k2)) if op == "call" else (lambda: fn(adapter, *a2, **k2))
         try:
@@ -827,7 +839,7 @@ class _Process:
             np.copyto(view, a)
         op, fn = target
         try:
-            payload = _encode((fn, args, kwargs), arrays, callbacks)
+            payload = _encode((fn, args, kwargs), arrays, callbacks, worker=True)
         except Exception as exc:  # noqa: BLE001 - e.g. a lambda given to run()
             raise AdapterError(f"{what}: the call cannot be sent to the adapter process "
                                f"({type(exc).__name__}: {exc})".splitlines()[0]) from exc
@@ -927,7 +939,6 @@ def serve(sock_fd: int, lifeline: int) -> None:
     """The worker's main loop (started by `_BOOT`): build adapters and answer calls until told to
     close, the audit's socket closes, or the lifeline pipe does (the audit is gone)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    import faulthandler
     faulthandler.enable(all_threads=False)  # a crash leaves the crashing thread's stack in the output
     threading.Thread(target=_watch_lifeline, args=(lifeline,), daemon=True).start()
     _Server(Connection(sock_fd), socket.socket(fileno=os.dup(sock_fd))).loop()
@@ -937,12 +948,15 @@ def serve(sock_fd: int, lifeline: int) -> None:
 
 
 def _watch_lifeline(fd: int) -> None:
+    """Exit when the audit's end of the lifeline pipe closes (it has closed the handle, or died)."""
     while os.read(fd, 1):
         pass
     os._exit(0)
 
 
 class _Server:
+    """One worker's adapters (by instance id), its arenas and its side of the socket."""
+
     def __init__(self, conn: Connection, sock: socket.socket):
         self.conn, self.sock = conn, sock
         self.factory = None
@@ -1021,7 +1035,7 @@ class _Server:
     def build(self, iid, ref):
         try:
             if ref is not None:
-                self.factory = _resolve_factory(ref)
+                self.factory = _resolve_ref(ref)
         except InputError as exc:
             return ("error", "input", str(exc))
         except AdapterError as exc:

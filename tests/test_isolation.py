@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -157,7 +156,7 @@ def test_factory_by_callable_and_class():
         assert np.array_equal(f.verify(batch, coins), want)
     ref = isolation._factory_ref(ReferenceEngine)
     assert ref[:3] == ("ref", "specverify.adapters.reference", "ReferenceEngine")
-    assert isolation._resolve_factory(ref) is ReferenceEngine
+    assert isolation._resolve_ref(ref) is ReferenceEngine
     with pytest.raises(AdapterError, match='"pkg.module:factory"'):
         open_adapter(lambda: ReferenceEngine(), timeout=10)
     with pytest.raises(AdapterError, match="instance"):
@@ -223,6 +222,11 @@ def test_adapter_exceptions(capfd):
             assert str(err.value) == "misbehaving: my own message"
             with pytest.raises(AdapterError, match="raised ValueError"):     # still there to answer
                 h.verify(batch, coins)
+            if isolated:
+                with pytest.raises(AdapterError, match="cannot be sent to the adapter process"):
+                    h.run(lambda adapter: None)
+                with pytest.raises(AdapterError, match="raised ValueError"):
+                    h.verify(batch, coins)
     with pytest.raises(AdapterError) as err:
         open_adapter(plugin("broken_factory"), timeout=30)
     assert "broken_factory() raised KeyError" in str(err.value)
@@ -302,7 +306,6 @@ AUDIT_LOOP = """
 import sys, numpy as np
 sys.path.insert(0, {tests!r})
 from test_isolation import chain_call, plugin
-from specverify import isolation
 from specverify.isolation import open_adapter
 try:
     with open_adapter({spec!r}, timeout=60) as h:
