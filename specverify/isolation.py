@@ -332,10 +332,17 @@ class _Encoder(pickle.Pickler):
             if main:
                 return _resolve_ref, (("ref", "__main__", obj.__qualname__, os.path.abspath(main)),)
         if cls is ToyModel:
-            return ToyModel, (obj.vocab_size, obj.seed, obj.scale, obj.zero_frac, obj.base, obj.noise)
+            return toy_model, (obj.vocab_size, obj.seed, obj.scale, obj.zero_frac, obj.base, obj.noise)
         if cls.__module__ == as_torch.__module__ and hasattr(obj, "toy"):
             return as_torch, (obj.toy,)
         return NotImplemented
+
+
+@functools.lru_cache(maxsize=64)
+def toy_model(*args) -> ToyModel:
+    """The worker's one ToyModel per distinct toy: its memo of computed rows then lives across calls
+    (a toy rebuilt for every call recomputed every row it was asked for)."""
+    return ToyModel(*args)
 
 
 def _encode(obj, arrays, callbacks, worker: bool) -> bytes:
