@@ -27,6 +27,9 @@ ATTENTION_ATOL = 1e-5
 
 
 def f64(t) -> np.ndarray:
+    from .quant import QuantizedWeight
+    if isinstance(t, QuantizedWeight):
+        return t.dequantize().astype(np.float64)
     return t.detach().double().cpu().numpy()
 
 

@@ -2,7 +2,8 @@
 
 Every op takes and returns torch tensors. Shapes (T = flattened tokens of a ragged batch):
 
-    linear(x [M, K], weight [N, K])               -> [M, N]   x @ weight.T, fp32 accumulation
+    linear(x [M, K], weight [N, K])               -> [M, N]   x @ weight.T, fp32 accumulation; weight a
+                                                              tensor or a quant.QuantizedWeight (GGUF blocks)
     rms_norm(x [M, D], weight [D], eps)            -> [M, D]   x / sqrt(mean(x^2) + eps) * weight
     softmax(x [M, V]) / log_softmax(x [M, V])      -> [M, V]   over the last dim, float32 out
     silu_mul(gate [M, F], up [M, F])               -> [M, F]   silu(gate) * up (SwiGLU), elementwise
@@ -39,7 +40,8 @@ class DefaultBackend:
     batch_invariant = False
 
     def linear(self, x, weight):
-        return x @ weight.T
+        from .quant import dequantized
+        return x @ dequantized(weight).T       # a QuantizedWeight: its fp32 values, cached
 
     def rms_norm(self, x, weight, eps: float):
         import torch

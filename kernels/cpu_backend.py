@@ -17,6 +17,9 @@ Using it efficiently (what the engine should know):
     data pointer and version counter. Pass the *same* tensor object every call (a fresh view
     each call would repack each call). `pack_linear_weight(w)` packs explicitly; `linear` accepts
     the result in place of w. Any weight layout works (W or W.T.contiguous().T alike).
+  * A `QuantizedWeight` (GGUF Q4_1 / Q8_0 blocks) goes to `cpu_linear_q`, which dequantizes in
+    registers and sums in `cpu_linear`'s order: the same bits as the fp32-dequantized matrix, from
+    a panel layout (built once, kept on the weight) of 0.625 / 1.125 bytes per weight.
   * A (kappa+1)-row verify step reads each weight once, like a decode step (the micro-kernel
     handles ROW_BLOCK = 4 rows per pass over a cached panel), so it costs far less than kappa+1
     decode steps.
@@ -33,9 +36,10 @@ import weakref
 
 import numpy as np
 
-from . import cpu_attention, cpu_linear, cpu_rms_norm, cpu_rotary, cpu_silu_mul, cpu_softmax
+from . import cpu_attention, cpu_linear, cpu_linear_q, cpu_rms_norm, cpu_rotary, cpu_silu_mul, cpu_softmax
 from .backend import register_backend
 from .cpu_common import assert_no_svml
+from .quant import QuantizedWeight
 
 
 class PackedLinearWeight:
@@ -100,6 +104,12 @@ class InvariantBackend:
 
     def linear(self, x, weight):
         import torch
+        if isinstance(weight, QuantizedWeight):
+            panels = weight.packed("cpu", lambda: cpu_linear_q.pack(weight))
+            y = torch.from_numpy(cpu_linear_q.linear(_f32(_rows(x)), panels, weight.n, weight.k, self.parallel))
+            if x.dim() != 2:
+                y = y.reshape(*x.shape[:-1], weight.n)
+            return y if x.dtype == torch.float32 else y.to(x.dtype)
         packed = weight if isinstance(weight, PackedLinearWeight) else self._lookup(weight)
         y = torch.from_numpy(cpu_linear.linear(_f32(_rows(x)), packed.panels, packed.n, self.parallel))
         if x.dim() != 2:

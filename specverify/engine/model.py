@@ -5,7 +5,9 @@ linear, rms_norm, rotary, silu_mul and paged attention. What is left in plain to
 add or a gather (embedding lookup, slicing, the KV write), so a batch-invariant backend makes the
 whole forward batch-invariant: the logits of a position do not depend on what else is in the launch.
 
-Weights (fp32, `[out, in]` like nn.Linear):
+Weights (`[out, in]` like nn.Linear; each matrix an fp32 tensor or, loaded with the default
+`weights="quantized"`, a `kernels.quant.QuantizedWeight` in its GGUF blocks, which every backend's
+linear accepts and the embedding lookup dequantizes row by row):
 
     tok_embeddings  [V, D]                          also the output head (tied embeddings)
     layer i:  attn_norm [D]
@@ -31,6 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from specverify.kernels.quant import QuantizedWeight, concat_rows, embedding_rows
 
 from .ops import resolve_backend
 
@@ -114,7 +118,7 @@ class Llama:
         c, be = self.config, self.backend
         T, Hq, Hkv, Dh = batch.num_tokens, c.n_heads, c.n_kv_heads, c.head_dim
         scale = Dh ** -0.5
-        x = self.tok_embeddings[batch.token_ids]                                  # [T, D]
+        x = embedding_rows(self.tok_embeddings, batch.token_ids)                  # [T, D]
         for i in range(self.n_layers):
             w = self.layers[i]
             h = be.rms_norm(x, w.attn_norm, c.norm_eps)                           # [T, D]
@@ -138,24 +142,29 @@ class Llama:
 
 
 def build_llama(config: LlamaConfig, tensors: dict, backend="default", name="llama") -> Llama:
-    """Assemble a Llama from per-projection fp32 tensors named like GGUF's (`blk.{i}.attn_q.weight`,
-    ...; q and k rows already in the adjacent-pair rotary layout)."""
+    """Assemble a Llama from per-projection tensors named like GGUF's (`blk.{i}.attn_q.weight`,
+    ...; q and k rows already in the adjacent-pair rotary layout): fp32 tensors, or QuantizedWeight
+    for the matrices (kept in their blocks; the q/k/v and gate/up projections stacked block-wise)."""
     def t(n):
-        return tensors[n].contiguous()
+        w = tensors[n]
+        return w if isinstance(w, QuantizedWeight) else w.contiguous()
+
+    def cat(ws):
+        return concat_rows(ws) if isinstance(ws[0], QuantizedWeight) else torch.cat(ws)
 
     def lin(w):
         # [out, in] view over [in, out] storage: backend.linear computes x @ weight.T, and with
         # weight.T contiguous torch streams the matrix row-major (~25% faster at M = 1 here)
-        return w.T.contiguous().T
+        return w if isinstance(w, QuantizedWeight) else w.T.contiguous().T
     layers = []
     for i in range(config.n_layers):
         p = f"blk.{i}."
         layers.append(LayerWeights(
             attn_norm=t(p + "attn_norm.weight"),
-            wqkv=lin(torch.cat([t(p + "attn_q.weight"), t(p + "attn_k.weight"), t(p + "attn_v.weight")])),
+            wqkv=lin(cat([t(p + "attn_q.weight"), t(p + "attn_k.weight"), t(p + "attn_v.weight")])),
             wo=lin(t(p + "attn_output.weight")),
             ffn_norm=t(p + "ffn_norm.weight"),
-            w_gate_up=lin(torch.cat([t(p + "ffn_gate.weight"), t(p + "ffn_up.weight")])),
+            w_gate_up=lin(cat([t(p + "ffn_gate.weight"), t(p + "ffn_up.weight")])),
             w_down=lin(t(p + "ffn_down.weight")),
         ))
     embed = t("token_embd.weight")
