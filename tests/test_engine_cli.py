@@ -40,3 +40,41 @@ def test_generate_streams(capsys):
     assert main(["generate", "Count from 1 to 5.", "--max-tokens", "20", "--spec", "none"]) == 0
     captured = capsys.readouterr()
     assert "3" in captured.out and "tok/s" in captured.err
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--paths", "quantized,int3"], "unknown path(s) int3"),
+    (["--paths", "fp32,fp32"], "a path is named twice"),
+    (["--paths", ","], "(none given)"),
+    (["--repeat", "0"], "--repeat 0 must be >= 1"),
+    (["--paths", "transformers", "--spec", "draft"], "no transformers counterpart"),
+])
+def test_bench_bad_options_are_one_line_before_any_work(capsys, argv, needle):
+    assert main(["bench", *argv]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_generate_unknown_weights_is_argparse_usage(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["generate", "hi", "--weights", "int3"])
+    assert e.value.code == 2 and "invalid choice: 'int3'" in capsys.readouterr().err
+
+
+@real
+def test_bench_reports_paths_side_by_side_with_bytes_and_bandwidth(capsys, monkeypatch):
+    """A tiny bench over the quantized and fp32 paths: both rows, the ratios computed from the rows
+    themselves, the quantized path reading about a fifth of the fp32 path's weight bytes per step,
+    and each path's speculative output equal to its plain decode."""
+    from specverify.kerneltools import bandwidth
+    monkeypatch.setattr(bandwidth, "PROBE_BYTES", 64 * 2 ** 20)
+    assert main(["bench", "--paths", "quantized,fp32", "--n-prompts", "1", "--max-tokens", "8", "--repeat", "1",
+                 "--kappa", "3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {(r["path"], r["spec"], r["kappa"]): r for r in out["configs"]}
+    assert set(rows) == {("quantized", "none", 0), ("fp32", "none", 0), ("quantized", "ngram", 3), ("fp32", "ngram", 3)}
+    q, f = rows[("quantized", "none", 0)], rows[("fp32", "none", 0)]
+    assert q["vs_fp32"] == pytest.approx(q["decode_tokens_per_s"] / f["decode_tokens_per_s"])
+    assert 4.5 < f["weight_bytes_per_step"] / q["weight_bytes_per_step"] < 5.5
+    assert 0 < q["bandwidth_fraction"] and out["bandwidth"]["GB_per_s"] > 0
+    assert out["outputs_identical_to_plain"] == {"quantized": "1/1", "fp32": "1/1"}

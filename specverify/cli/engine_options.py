@@ -6,18 +6,39 @@ Not a subcommand: `specverify/cli/__init__.py` registers only the modules named 
 from __future__ import annotations
 
 
-def add_engine_options(p, *, json_help: str) -> None:
-    """Add --backend, --json (store_true, with `json_help`) and --threads, in the order --help lists them."""
-    p.add_argument("--backend", default="invariant",
-                   help="op backend: invariant (default: batch-invariant, and the fastest here), default (torch ops), triton")
+def add_engine_options(p, *, json_help: str, backend: bool = True) -> None:
+    """Add --backend and --weights (unless `backend` is False), --json (store_true, with `json_help`)
+    and --threads, in the order --help lists them."""
+    if backend:
+        p.add_argument("--backend", default="invariant",
+                       help="op backend: invariant (default: batch-invariant, and the fastest here), default (torch ops), triton")
+        p.add_argument("--weights", choices=["quantized", "fp32"], default="quantized",
+                       help="how the GGUF's Q4_1/Q8_0 matrices are held: quantized (default: in their blocks, "
+                            "dequantized inside the kernels; same logits as fp32 on the invariant backend, "
+                            "fewer bytes per step) or fp32 (dequantized at load)")
     p.add_argument("--json", action="store_true", help=json_help)
     p.add_argument("--threads", type=int, default=1,
-                   help="torch threads (default 1: on the shared 2 cores, a second OpenMP thread spin-waits "
-                        "and slows decode under load; 0 = torch's default)")
+                   help="threads (default 1: on the shared 2 cores, a second OpenMP thread spin-waits "
+                        "and slows decode under load; 0 = torch's default). Above 1 the invariant backend "
+                        "splits each linear's panels and attention's heads over numba's threads too "
+                        "(the same bits)")
 
 
 def apply_threads(args) -> None:
-    """Set torch's thread count from --threads (0 keeps torch's default)."""
+    """Set torch's (and numba's) thread count from --threads (0 keeps torch's default)."""
     import torch
+    from specverify.errors import InputError
+    if args.threads < 0:
+        raise InputError(f"--threads {args.threads} must be >= 0")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
+        import numba
+        numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
+
+
+def backend_for(name: str, threads: int):
+    """The op backend `name`, as an object when --threads asks the invariant backend to go parallel."""
+    if name == "invariant" and threads > 1:
+        from specverify.kernels.cpu_backend import InvariantBackend
+        return InvariantBackend(parallel=True)
+    return name

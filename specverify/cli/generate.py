@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from specverify.cli.engine_options import add_engine_options, apply_threads
+from specverify.cli.engine_options import add_engine_options, apply_threads, backend_for
 
 
 def register(sub) -> None:
@@ -42,9 +42,9 @@ def run(args) -> int:
     if args.kappa < 0:
         raise InputError(f"--kappa {args.kappa} must be >= 0")
     if args.model:
-        model, tok = load_model(args.model, args.backend)
+        model, tok = load_model(args.model, args.backend, args.weights)
     else:
-        model, tok = load_smollm2(args.backend)
+        model, tok = load_smollm2(args.backend, args.weights)
     if args.raw:
         prompt_ids = tok.encode(args.prompt)
     else:
@@ -72,7 +72,7 @@ def run(args) -> int:
     res = generate(model, None, [prompt_ids], sampling=params,
                    spec=SpecOptions(args.spec, kappa=args.kappa if args.spec != "none" else 0,
                                     draft_layers=args.draft_layers, ngram_n=args.ngram_max, ngram_min=args.ngram_min),
-                   run=RunOptions(backend=args.backend, on_step=on_step), tokenizer=tok)
+                   run=RunOptions(backend=backend_for(args.backend, args.threads), on_step=on_step), tokenizer=tok)
     out = res.outputs[0]
     m = res.metrics
     n = len(out.token_ids)
