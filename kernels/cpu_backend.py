@@ -19,7 +19,7 @@ Using it efficiently (what the engine should know):
     the result in place of w. Any weight layout works (W or W.T.contiguous().T alike).
   * A `QuantizedWeight` (GGUF Q4_1 / Q8_0 blocks) goes to `cpu_linear_q`, which dequantizes in
     registers and sums in `cpu_linear`'s order: the same bits as the fp32-dequantized matrix, from
-    a panel layout (built once, kept on the weight) of 0.625 / 1.125 bytes per weight.
+    a panel layout (built once, kept on the weight) of 0.75 / 1.125 bytes per weight.
   * A (kappa+1)-row verify step reads each weight once, like a decode step (the micro-kernel
     handles ROW_BLOCK = 4 rows per pass over a cached panel), so it costs far less than kappa+1
     decode steps.

@@ -21,7 +21,7 @@ Layout. `pack_q4_1` / `pack_q8_0` copy the blocks once into panels of PANEL_N ou
     Q8_0  q   [P, K, PANEL_N] int8
     both  d   [P, K/32, PANEL_N] float32 (Q4_1 also m), columns past N zero and dropped
 
-so a panel streams contiguously at 0.625 (Q4_1: nibbles + two fp32 scales per 32) or 1.125
+so a panel streams contiguously at 0.75 (Q4_1: 16 bytes of nibbles and two fp32 scales per 32 weights) or 1.125
 (Q8_0) bytes per weight, against 4 for fp32. The micro-kernel dequantizes one k-row of the
 panel (PANEL_N weights) into vector registers for each of up to ROW_BLOCK rows of x (the weights
 are read from memory once per ROW_BLOCK rows; re-dequantizing per row measured ~6x faster here
