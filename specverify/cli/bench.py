@@ -8,6 +8,9 @@ A *path* is how SmolLM2-135M-Instruct (the bundled Q4_1 GGUF) is run:
     default       our engine, torch's default ops (not batch-invariant), fp32 weights
     transformers  transformers' own Llama from the same GGUF (fp32, eager attention); its n-gram
                   speculation is prompt lookup (`prompt_lookup_num_tokens` = kappa)
+    llama.cpp     llama-cpp-python on the same file, in its own Q4_1/Q8_0 kernels (not batch-
+                  invariant); n-gram speculation is its LlamaPromptLookupDecoding (a sample-match
+                  verifier). Only if `llama_cpp` is importable (it compiles llama.cpp at install)
 
 Each prompt (input-grounded editing/summarising by default) is run at batch 1, greedy, on every
 path with plain decode and each speculative configuration, interleaved (so drift in the machine's
@@ -27,7 +30,9 @@ import time
 
 from specverify.cli.engine_options import add_engine_options, apply_threads, backend_for
 
-PATHS = ("quantized", "fp32", "default", "transformers")
+PATHS = ("quantized", "fp32", "default", "transformers", "llama.cpp")
+EXTERNAL = ("transformers", "llama.cpp")
+"""Paths that are not our engine: n-gram speculation only, no per-step metrics."""
 ENGINE_PATHS = {"quantized": ("invariant", "quantized"), "fp32": ("invariant", "fp32"), "default": ("default", "fp32")}
 """Our engine's paths: (backend, weights)."""
 REFERENCE_PATH = "fp32"
@@ -73,8 +78,9 @@ def _check(args) -> list[str]:
             raise InputError(f"--{name.replace('_', '-')} {getattr(args, name)} must be >= 1")
     if any(k < 1 for k in args.kappa or []):
         raise InputError("--kappa must be >= 1")
-    if "transformers" in paths and "draft" in (args.spec or []):
-        raise InputError("--spec draft has no transformers counterpart here; drop it or the transformers path")
+    for ext in EXTERNAL:
+        if ext in paths and "draft" in (args.spec or []):
+            raise InputError(f"--spec draft has no {ext} counterpart here; drop it or the {ext} path")
     return paths
 
 
@@ -123,7 +129,33 @@ def _timed_hf(model, prompt_ids, *, spec, kappa, max_tokens, ngram_max, eos_id):
     return out[0, len(prompt_ids):].tolist(), None, t1 - t0, max(1e-9, (t2 - t1) - (t1 - t0))
 
 
-def _load(path: str, draft_needed: bool):
+class _LlamaCpp:
+    """llama-cpp-python on the bundled GGUF: one Llama per speculative setting (its draft model is
+    fixed at construction), greedy (top_k 1), the KV cache reset before every run."""
+
+    def __init__(self, path, threads: int, ngram_max: int):
+        from llama_cpp import Llama
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+        self._new = lambda kappa: Llama(
+            model_path=str(path), n_ctx=2048, n_threads=max(1, threads), n_threads_batch=max(1, threads), verbose=False,
+            draft_model=LlamaPromptLookupDecoding(num_pred_tokens=kappa, max_ngram_size=ngram_max) if kappa else None)
+        self._models = {}
+
+    def __call__(self, prompt_ids, spec, kappa, max_tokens):
+        kappa = 0 if spec == "none" else kappa
+        llm = self._models.get(kappa) or self._models.setdefault(kappa, self._new(kappa))
+        llm.reset()
+        out, stamps = [], []
+        t0 = time.perf_counter()
+        for tok in llm.generate(prompt_ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True):
+            stamps.append(time.perf_counter())
+            out.append(int(tok))
+            if len(out) == max_tokens:
+                break
+        return out, None, stamps[0] - t0, stamps[-1] - stamps[0]
+
+
+def _load(path: str, draft_needed: bool, threads: int = 1, ngram_max: int = 4):
     """(runner(prompt, spec, kappa) -> (tokens, metrics, prefill_s, decode_s), weight bytes per step)."""
     from specverify.errors import InputError
     if path == "transformers":
@@ -135,6 +167,16 @@ def _load(path: str, draft_needed: bool):
         n_bytes = 4 * sum(p.numel() for n, p in model.named_parameters() if p.dim() == 2 and "embed" not in n)
         n_bytes += 4 * model.get_output_embeddings().weight.numel()
         return hf_tok, model, n_bytes
+    if path == "llama.cpp":
+        try:
+            import llama_cpp  # noqa: F401
+        except ImportError:
+            raise InputError("the llama.cpp path needs llama-cpp-python (it compiles llama.cpp): "
+                             "pip install llama-cpp-python==0.3.36") from None
+        from specverify.engine.loader import read_gguf, smollm2_path
+        f = read_gguf(smollm2_path(), quantized=True)
+        n_bytes = sum(t.nbytes for t in f.tensors.values() if hasattr(t, "blocks"))
+        return None, _LlamaCpp(smollm2_path(), threads, ngram_max), n_bytes
     from specverify.engine.loader import load_smollm2
     backend, weights = ENGINE_PATHS[path]
     model, tok = load_smollm2(backend, weights)
@@ -146,7 +188,7 @@ def run(args) -> int:
     from specverify.engine.bitwise import encode_prompts, load_prompts
     from specverify.engine.loader import load_smollm2
     from specverify.errors import InputError
-    from specverify.kerneltools.bandwidth import read_bandwidth
+    from specverify.kerneltools.bandwidth import cpu_description, read_bandwidth
 
     paths = _check(args)
     apply_threads(args)
@@ -161,8 +203,10 @@ def run(args) -> int:
     ngram = (args.ngram_max, args.ngram_min)
     runners, wbytes = {}, {}
     for path in paths:
-        hf_tok, model, wbytes[path] = _load(path, "draft" in specs)
-        if path == "transformers":
+        hf_tok, model, wbytes[path] = _load(path, "draft" in specs, args.threads, args.ngram_max)
+        if path == "llama.cpp":
+            runners[path] = model
+        elif path == "transformers":
             runners[path] = (lambda m: lambda p, s, k, n: _timed_hf(
                 m, p, spec=s, kappa=k, max_tokens=n, ngram_max=args.ngram_max, eos_id=tok.eos_id))(model)
         else:
@@ -172,7 +216,7 @@ def run(args) -> int:
         runners[path](ids[0], "none", 0, 4)                                 # warm-up (compiles, packs)
     bandwidth = read_bandwidth()
     configs = [(p, "none", 0) for p in paths] + [(p, s, k) for p in paths for s in specs for k in kappas
-                                                 if not (p == "transformers" and s != "ngram")]
+                                                 if not (p in EXTERNAL and s != "ngram")]
     acc = {c: {"tokens": 0, "decode_tokens": 0, "decode_s": 0.0, "prefill_s": 0.0, "metrics": []} for c in configs}
     same = {p: 0 for p in paths}
     for i, p_ids in enumerate(ids):
@@ -200,7 +244,7 @@ def run(args) -> int:
         plain = next(x for x in rows if x["path"] == r["path"] and x["spec"] == "none")
         r["speedup_vs_plain"] = r["decode_tokens_per_s"] / plain["decode_tokens_per_s"]
         r["vs_fp32"] = r["decode_tokens_per_s"] / ref["decode_tokens_per_s"] if ref else None
-    result = {"model": "SmolLM2-135M-Instruct (the bundled Q4_1 GGUF)", "batch": 1,
+    result = {"model": "SmolLM2-135M-Instruct (the bundled Q4_1 GGUF)", "batch": 1, "cpu": cpu_description(),
               "threads": torch.get_num_threads(), "ngram": list(ngram), "draft_layers": args.draft_layers,
               "prompts": cats, "n_prompts": len(ids), "max_tokens": args.max_tokens, "repeat": args.repeat,
               "bandwidth": bandwidth.to_dict(), "paths": paths,
@@ -238,7 +282,7 @@ def _row(c, acc, wbytes, bandwidth) -> dict:
 
 def format_table(result: dict) -> str:
     bw = result["bandwidth"]["GB_per_s"]
-    lines = [f"memory read bandwidth (1 thread, measured now): {bw:.1f} GB/s",
+    lines = [f"cpu: {result['cpu']}; memory read bandwidth (1 thread, measured now): {bw:.1f} GB/s",
              f"{'path':12} {'spec':6} {'kappa':>5} {'tok/s':>7} {'speedup':>7} {'vs fp32':>7} "
              f"{'MB/step':>7} {'of bw':>6} {'E':>5} {'alpha':>6}  r_i"]
     for r in result["configs"]:
@@ -252,5 +296,5 @@ def format_table(result: dict) -> str:
                      f"{r['speedup_vs_plain']:7.2f} {vs:>7} {mb:>7} {fr:>6} {E:>5} {al:>6}  {ri}")
     same = ", ".join(f"{p} {v}" for p, v in result["outputs_identical_to_plain"].items())
     lines.append(f"speculative outputs identical to the same path's plain decode: {same} "
-                 "(the default backend and transformers are not batch-invariant: theirs may differ)")
+                 "(the default backend, transformers and llama.cpp are not batch-invariant: theirs may differ)")
     return "\n".join(lines)

@@ -49,3 +49,16 @@ def read_bandwidth(nbytes: int = PROBE_BYTES, reps: int = REPS) -> Bandwidth:
     if total != a.shape[0]:                            # the loop really read every element
         raise RuntimeError("bandwidth probe summed the wrong total")
     return Bandwidth(a.nbytes / best, int(a.nbytes), reps)
+
+
+def cpu_description() -> str:
+    """The CPU model and its widest vector extensions, from /proc/cpuinfo ("unknown" elsewhere):
+    benchmark figures do not carry across machines, so every result says which one it came from."""
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        return "unknown"
+    model = next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("model name")), "unknown")
+    flags = set(next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []))
+    ext = [name for name, flag in (("AVX2", "avx2"), ("AVX-512", "avx512f"), ("AMX", "amx_tile")) if flag in flags]
+    return f"{model} ({', '.join(ext) or 'no AVX2'})"
