@@ -21,6 +21,13 @@ Distributions come from a per-(model, transform) table of every prefix up to the
 engine can see (cheap for the toy vocabularies), and from the model directly beyond it. The mutants
 of the zoo override one hook each: `draft_transform`, `verify_transform`, `propose`, `target_segment`,
 `draft_segment`.
+
+With logits processors (`generate(..., processors=Processors(...))`, `reference.processors`) every draft
+and target row at draft position i is processed with prompt + committed output + drafts 0..i-1, the
+grammar state advances through the drafts and is rolled back to the emitted tokens after the verify,
+and a run ends at its first stop token (PAD after it): `generate_processed`. Its hooks, one per bug
+class of the processor mutants: `history`, `row_settings`, `output_count`, `grammar_row_state`,
+`grammar_commit`, `cut_at_stop`.
 """
 
 from __future__ import annotations
@@ -175,7 +182,7 @@ class SpecEngine:
     def history(self, committed: np.ndarray, lens: np.ndarray, drafts: np.ndarray, i: int) -> np.ndarray:
         """The output tokens [m, w] (PAD after them) the row at draft position i is processed with:
         the committed output followed by drafts 0..i-1."""
-        return _append(committed, lens, drafts[:, :i])
+        return append_tokens(committed, lens, drafts[:, :i])
 
     def row_settings(self, settings: Processors, i: int, kappa: int) -> Processors:
         """The processors applied to the rows at draft position i (i == kappa: the bonus row): all."""
@@ -218,7 +225,10 @@ class SpecEngine:
     def generate_processed(self, target, draft, prompt, kappa, transform, seed, n, length, settings: Processors):
         """The loop of `generate` with logits processors: row i of a step is processed with the prefix
         prompt + committed output + drafts 0..i-1; a run ends at its first stop token (PAD after it).
-        The same random draws per step as the plain loop (draft uniforms, then the batch's coins)."""
+        The same random draws per step as the plain loop (draft uniforms, then the batch's coins) and
+        the same hooks, plus the processor hooks above. The output count and the grammar state are
+        kept as engine state (a real engine's counters and matcher), the penalties' counts are read
+        from the history."""
         transform = transform or Transform()
         prompt = tuple(int(t) for t in prompt)
         vocab = target.vocab_size
@@ -229,6 +239,8 @@ class SpecEngine:
         settings.check_vocab(vocab)
         rng = np.random.default_rng(seed)
         greedy = transform.greedy
+        d_transform = self.draft_transform(transform)
+        v_transform = self.verify_transform(d_transform)
         tokens = np.full((n, length + kappa + 1), PAD, np.int64)
         done_len = np.zeros(n, np.int64)
         ended = np.zeros(n, bool)
@@ -244,11 +256,15 @@ class SpecEngine:
             g = gstate[live]
             drafts = np.empty((m, kappa), np.int64)
             q_rows = np.empty((m, kappa, vocab))
+            q_verify = q_rows if v_transform == d_transform else np.empty_like(q_rows)
             u = rng.random((m, kappa))
             for i in range(kappa):
-                q = self.processed_rows(draft, d_ctx.index(live, drafts[:, :i]), prompt, committed, lens, g, drafts,
-                                        i, kappa, transform, settings)
+                idx = d_ctx.index(live, drafts[:, :i])
+                q = self.processed_rows(draft, idx, prompt, committed, lens, g, drafts, i, kappa, d_transform, settings)
                 q_rows[:, i] = q
+                if q_verify is not q_rows:
+                    q_verify[:, i] = self.processed_rows(draft, idx, prompt, committed, lens, g, drafts, i, kappa,
+                                                         v_transform, settings)
                 drafts[:, i] = np.argmax(q, axis=1) if greedy else self.propose(q, u[:, i])
             p_rows = np.empty((m, kappa + 1, vocab))
             for i in range(kappa + 1):
@@ -258,7 +274,7 @@ class SpecEngine:
                 draft_token_ids=drafts.reshape(-1),
                 num_draft_tokens=np.full(m, kappa, np.int64),
                 target_probs=p_rows.reshape(-1, vocab),
-                draft_probs=None if greedy else q_rows.reshape(-1, vocab),
+                draft_probs=None if greedy else q_verify.reshape(-1, vocab),
                 greedy=np.full(m, greedy),
             )
             coins = Coins(rng.random(m * kappa), rng.random(m))
@@ -277,13 +293,13 @@ class SpecEngine:
             tokens[np.repeat(live, width)[ok.reshape(-1)], cols[ok]] = out[ok]
             done_len[live] += n_emit
             ended[live] |= stop
-            t_ctx.append(live, out)
-            d_ctx.append(live, out)
+            t_ctx.append(live, self.target_segment(drafts, out))
+            d_ctx.append(live, self.draft_segment(drafts, out))
             live = live[(done_len[live] < length) & ~ended[live]]
         return tokens[:, :length], info
 
 
-def _append(committed: np.ndarray, lens: np.ndarray, extra: np.ndarray) -> np.ndarray:
+def append_tokens(committed: np.ndarray, lens: np.ndarray, extra: np.ndarray) -> np.ndarray:
     """Rows committed[r, :lens[r]] + extra[r] left-aligned, PAD after: int64 [m, W + e]."""
     m, e = extra.shape
     out = np.full((m, committed.shape[1] + e), PAD, np.int64)
