@@ -184,8 +184,9 @@ class SpecEngine:
         the committed output followed by drafts 0..i-1."""
         return append_tokens(committed, lens, drafts[:, :i])
 
-    def row_settings(self, settings: Processors, i: int, kappa: int) -> Processors:
-        """The processors applied to the rows at draft position i (i == kappa: the bonus row): all."""
+    def row_settings(self, settings: Processors, i: int, kappa: int, role: str) -> Processors:
+        """The processors applied to the `role` ("draft" or "target") rows at draft position i
+        (i == kappa: the bonus row): all of them, to both models' rows."""
         return settings
 
     def output_count(self, lens: np.ndarray, i: int, kappa: int) -> np.ndarray:
@@ -212,10 +213,11 @@ class SpecEngine:
         out = np.where(np.arange(emitted.shape[1])[None, :] > first[:, None], PAD, emitted)
         return out, ended
 
-    def processed_rows(self, model, idx, prompt, committed, lens, gstate, drafts, i, kappa, transform,
+    def processed_rows(self, model, role, idx, prompt, committed, lens, gstate, drafts, i, kappa, transform,
                        settings: Processors) -> np.ndarray:
-        """Distributions [m, V] of `model` at draft position i, processed (the hooks above)."""
-        s = self.row_settings(settings, i, kappa)
+        """Distributions [m, V] of `model` (`role` "draft" or "target") at draft position i, processed
+        (the hooks above)."""
+        s = self.row_settings(settings, i, kappa, role)
         hist = self.history(committed, lens, drafts, i)
         g = None if s.grammar is None else self.grammar_row_state(s.grammar, gstate, drafts, i)
         logits = process(model.logits_at(idx), prompt, hist, s, n_out=self.output_count(lens, i, kappa),
@@ -260,16 +262,17 @@ class SpecEngine:
             u = rng.random((m, kappa))
             for i in range(kappa):
                 idx = d_ctx.index(live, drafts[:, :i])
-                q = self.processed_rows(draft, idx, prompt, committed, lens, g, drafts, i, kappa, d_transform, settings)
+                q = self.processed_rows(draft, "draft", idx, prompt, committed, lens, g, drafts, i, kappa, d_transform,
+                                        settings)
                 q_rows[:, i] = q
                 if q_verify is not q_rows:
-                    q_verify[:, i] = self.processed_rows(draft, idx, prompt, committed, lens, g, drafts, i, kappa,
-                                                         v_transform, settings)
+                    q_verify[:, i] = self.processed_rows(draft, "draft", idx, prompt, committed, lens, g, drafts, i,
+                                                         kappa, v_transform, settings)
                 drafts[:, i] = np.argmax(q, axis=1) if greedy else self.propose(q, u[:, i])
             p_rows = np.empty((m, kappa + 1, vocab))
             for i in range(kappa + 1):
-                p_rows[:, i] = self.processed_rows(target, t_ctx.index(live, drafts[:, :i]), prompt, committed, lens,
-                                                   g, drafts, i, kappa, transform, settings)
+                p_rows[:, i] = self.processed_rows(target, "target", t_ctx.index(live, drafts[:, :i]), prompt, committed,
+                                                   lens, g, drafts, i, kappa, transform, settings)
             batch = VerifyBatch(
                 draft_token_ids=drafts.reshape(-1),
                 num_draft_tokens=np.full(m, kappa, np.int64),

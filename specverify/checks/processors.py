@@ -99,6 +99,12 @@ GREEDY_ROWS = {
     "min_tokens+stop+grammar": Processors(min_tokens=2, stop_tokens=(STOP,), grammar=GRAMMAR,
                                           logit_bias=((STOP, 1.0),)),
 }
+# label -> (settings, transform) of the identity-draft rows (`checks.identity`)
+IDENTITY_ROWS = {
+    "penalties+min_p+logit_bias": (Processors(min_p=0.1, logit_bias=((3, 1.0),), **PENALTIES),
+                                   Transform(temperature=0.7, top_k=3)),
+    "min_tokens+stop+grammar": (Processors(min_tokens=2, stop_tokens=(STOP,), grammar=GRAMMAR), Transform()),
+}
 _LAWS: dict = {}
 
 

@@ -48,7 +48,7 @@ class ProcessorsBonusRowOnly(SpecEngine):
     the rows the drafts are drawn from and verified against (vLLM #42744, fixed by PR #42802): a token
     min_p removes can be drafted and accepted at a non-bonus position."""
 
-    def row_settings(self, settings, i, kappa):
+    def row_settings(self, settings, i, kappa, role):
         return settings if i == kappa else replace(settings, min_p=0.0, logit_bias=())
 
 
@@ -67,7 +67,7 @@ class PenaltiesOffWhenSpeculating(SpecEngine):
     """Repetition, frequency and presence penalties silently dropped when speculation is on
     (TensorRT-LLM PR #17701; SGLang #28180 reports the same class): every row sampled unpenalised."""
 
-    def row_settings(self, settings, i, kappa):
+    def row_settings(self, settings, i, kappa, role):
         return replace(settings, repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0)
 
 
@@ -104,3 +104,18 @@ class TokensAfterStop(SpecEngine):
 
     def cut_at_stop(self, emitted, stop_tokens):
         return emitted, np.zeros(emitted.shape[0], bool)
+
+
+@mutant(31, "processors-on-target-only", targets=("identity",))
+class ProcessorsOnTargetOnly(SpecEngine):
+    """The penalties and min_p are applied to the target's rows but not to the draft's: the drafts are
+    drawn from (and verified with) the draft's unprocessed rows, so the output stays exact but the
+    draft no longer proposes from the distribution it is checked against and acceptance drops. No
+    public thread: the processor analogue of mutant 12 (temperature-on-target-only; the chapter's
+    "identical transforms of the distributions used for proposal and verification"). Only the identity
+    draft with processors (draft = target must accept everything) sees it."""
+
+    def row_settings(self, settings, i, kappa, role):
+        if role == "target":
+            return settings
+        return replace(settings, repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0, min_p=0.0)
