@@ -246,7 +246,7 @@ def test_the_reference_passes_every_processor_row():
     assert all(r.verdict == "pass" for r in rows), [(r.name, r.detail) for r in rows if r.verdict != "pass"]
     assert not result.not_covered
     stat = [r for r in rows if r.statistical]
-    assert stat and all(0 < r.min_detectable_tv < 0.06 for r in stat)
+    assert stat and all(0 < r.min_detectable_tv < 0.08 for r in stat)
 
 
 # mutant -> the row (name prefix) meant for its bug class, which must fail at the default sizes
