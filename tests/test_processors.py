@@ -286,3 +286,88 @@ def test_the_cli_audits_a_processor_mutant_with_exit_1():
                            "processors", "--samples", "20000"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr[-500:]
     assert "engine.stop[nothing after stop" in proc.stdout and "tokens after the first stop token" in proc.stdout
+
+
+# ------------------------------------------------------------------ our engine
+
+def _random_settings(rng, vocab):
+    return Processors(repetition_penalty=float(rng.uniform(0.5, 2.5)), frequency_penalty=float(rng.uniform(-1, 1)),
+                      presence_penalty=float(rng.uniform(-1, 1)), min_tokens=int(rng.integers(0, 4)),
+                      logit_bias=((int(rng.integers(vocab)), float(rng.normal())),),
+                      banned_tokens=(int(rng.integers(vocab)),), stop_tokens=(0,))
+
+
+def test_the_engines_processors_equal_the_reference_row_for_row():
+    from specverify.adapters.specverify_engine import engine_processors
+    from specverify.engine import processors as ep
+    from specverify.engine.engine import SamplingParams
+
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        vocab = int(rng.integers(3, 9))
+        s = _random_settings(rng, vocab)
+        params = SamplingParams(temperature=1.0, **engine_processors(s))
+        prompt = tuple(int(t) for t in rng.integers(0, vocab, int(rng.integers(0, 4))))
+        out = [int(t) for t in rng.integers(0, vocab, int(rng.integers(0, 6)))]
+        logits = rng.normal(size=vocab) * 2
+        ref = process(logits, prompt, [out] if out else [[]], s)
+        if not np.isfinite(ref).any():
+            continue
+        got = ep.process_row(logits, prompt, out, params, params.stop_token_ids)
+        assert np.array_equal(got, ref), (s, prompt, out)
+
+
+def test_our_engine_greedy_speculative_with_processors_equals_plain_greedy_and_the_processed_argmax_path():
+    from specverify.adapters.specverify_engine import engine_processors
+    from specverify.engine import api
+    from specverify.engine.engine import SamplingParams
+
+    target = ToyModel(5, 21, scale=1.0)
+    s = Processors(repetition_penalty=1.5, frequency_penalty=0.7, presence_penalty=0.5, min_tokens=2,
+                   stop_tokens=(0,), logit_bias=((0, 1.0),))
+    prompts = [(a, b) for a in range(5) for b in range(5)]
+    sampling = SamplingParams(temperature=0.0, max_tokens=6, **engine_processors(s))
+    plain = api.generate(target, None, prompts, sampling=sampling, spec=api.SpecOptions("none", kappa=0)).tokens
+    spec = api.generate(target, target.draft(22), prompts, sampling=sampling, spec=api.SpecOptions("draft", kappa=3))
+    assert spec.tokens == plain
+    assert spec.metrics.num_draft_tokens > 0
+    for prompt, toks in zip(prompts, plain):
+        assert tuple(toks) == laws.processed_greedy_path(target, s, prompt, 6)
+
+
+def test_our_engine_passes_the_processor_rows_it_declares():
+    from specverify.adapters.specverify_engine import SpecverifyEngine
+    from specverify.checks import processors as pc
+
+    engine, ctx = SpecverifyEngine(), Context(samples=40_000)
+    settings, transform = pc.LAW_ROWS["combined"]
+    rows = [pc.law_row(engine, ctx, "combined", settings, transform, 2000)] + pc.stop_rows(engine, ctx, 2000)
+    from specverify.audit import apply_holm
+    apply_holm(rows, ctx)
+    assert all(r.verdict == "pass" for r in rows), [(r.name, r.detail) for r in rows]
+    assert "grammar" not in SpecverifyEngine.processors and "banned_sequences" not in SpecverifyEngine.processors
+
+
+@pytest.mark.parametrize("kw,needle", [
+    ({"repetition_penalty": -1.0}, "repetition_penalty -1.0 must be > 0"),
+    ({"min_p": 2.0}, "min_p 2.0"),
+    ({"min_tokens": -3}, "min_tokens -3"),
+    ({"logit_bias": ((1, float("inf")),)}, "logit_bias"),
+    ({"bad_token_ids": (-1,)}, "bad_token_ids"),
+])
+def test_bad_engine_sampling_params_are_input_errors(kw, needle):
+    from specverify.engine.engine import SamplingParams
+    with pytest.raises(InputError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        SamplingParams(**kw)
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--logit-bias", "12"], "--logit-bias '12': expected TOKEN=BIAS"),
+    (["--repetition-penalty", "0"], "repetition_penalty 0.0 must be > 0"),
+    (["--min-p", "-0.5"], "min_p -0.5"),
+])
+def test_generate_processor_flags_are_checked_before_the_model_loads(flags, needle):
+    proc = subprocess.run([sys.executable, "-m", "specverify", "generate", "hi", "--model", "/nonexistent.gguf", *flags],
+                          capture_output=True, text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and needle in lines[0], proc.stderr
