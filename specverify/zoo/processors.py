@@ -22,8 +22,10 @@ from .registry import mutant
 @mutant(23, "penalty-committed-only", targets=("processors",))
 class PenaltyCommittedOnly(SpecEngine):
     """The target (and draft) row at draft position i is penalised with the state of the committed
-    prefix only, not committed + drafts 0..i-1 (SGLang PR #33643, as reported: penalties computed once
-    per step, so a frequency penalty acts at about nominal / L inside a speculative step)."""
+    prefix only, not committed + drafts 0..i-1. A simplified form of SGLang PR #33643 (open; its text:
+    the penalty state is fed one token a step, the last accepted one, so a frequency penalty acts at
+    about nominal / L and min_new_tokens counts steps): here the committed tokens are all in the state
+    and only the current step's drafts are missing."""
 
     def history(self, committed, lens, drafts, i):
         return committed
@@ -31,13 +33,16 @@ class PenaltyCommittedOnly(SpecEngine):
 
 @mutant(24, "penalty-last-token-twice", targets=("processors",))
 class PenaltyLastTokenTwice(SpecEngine):
-    """The last committed token is counted twice: once in the base output counts and again as if it
-    were the token before draft position 0 (vLLM PR #33251 review of MRV2's `_spec_penalties_kernel`:
-    the bonus / last sampled token is already in the counts and is added again). Frequency penalties
-    are then one unit too strong for that token on every row."""
+    """The last committed token is counted twice on the rows after draft position 0: it is in the base
+    output counts, and the speculative penalty kernel adds the token at position 0 (the last sampled
+    one) to the running draft counts again (vLLM PR #33251, review of MRV2's `_spec_penalties_kernel`:
+    "double-counts the last sampled token", for position 1 and every later position). Frequency
+    penalties are one unit too strong for that token there."""
 
     def history(self, committed, lens, drafts, i):
         h = super().history(committed, lens, drafts, i)
+        if i == 0:
+            return h
         last = np.where(lens > 0, committed[np.arange(lens.size), np.maximum(lens - 1, 0)], PAD)
         return append_tokens(h, (h != PAD).sum(axis=1), last[:, None])
 
@@ -54,12 +59,13 @@ class ProcessorsBonusRowOnly(SpecEngine):
 
 @mutant(26, "min-tokens-draft-off-by-one", targets=("processors",))
 class MinTokensDraftOffByOne(SpecEngine):
-    """The min_tokens EOS mask of the draft rows counts one token too many (vLLM PR #41768: the stop
-    token mask misaligned on draft rows), so the mask is lifted one position early there: EOS can be
-    emitted at position min_tokens - 1 when it falls on a draft row."""
+    """The min_tokens EOS mask covers one extra draft row (vLLM PR #41768: `apply_with_spec_decode`
+    "masked EOS on one extra draft row", off by one against "the output length before this row is
+    still < min_tokens"): on draft rows the output is counted one token short, so EOS cannot be
+    drafted or recovered at position min_tokens when that position falls on a draft row."""
 
     def output_count(self, lens, i, kappa):
-        return lens + i + (1 if i < kappa else 0)
+        return lens + i - (1 if i < kappa else 0)
 
 
 @mutant(27, "penalties-off-when-speculating", targets=("processors",))
