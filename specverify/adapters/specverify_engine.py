@@ -53,16 +53,17 @@ def engine_processors(settings) -> dict:
     return {"repetition_penalty": settings.repetition_penalty, "frequency_penalty": settings.frequency_penalty,
             "presence_penalty": settings.presence_penalty, "min_tokens": settings.min_tokens,
             "logit_bias": settings.logit_bias, "min_p": settings.min_p, "bad_token_ids": settings.banned_tokens,
-            "stop_token_ids": settings.stop_tokens}
+            "stop_token_ids": settings.stop_tokens, "bad_sequences": settings.banned_sequences,
+            "grammar": None if settings.grammar is None else settings.grammar.table}
 
 
 class SpecverifyEngine:
     name = "specverify"
     version = __version__
     capabilities = {"chain", "greedy", "seeded", "engine", "bitwise"}
-    # the engine's logits processors (engine/processors.py); no grammar and no banned sequences yet
+    # the engine's logits processors (engine/processors.py): every one the reference defines
     processors = {"repetition_penalty", "frequency_penalty", "presence_penalty", "min_tokens", "logit_bias", "min_p",
-                  "banned_tokens", "stop_tokens"}
+                  "banned_tokens", "banned_sequences", "grammar", "stop_tokens"}
     # a Python engine (~30k requests/s at sampler level, ~3000 toy runs/s at engine level)
     audit_defaults = {"samples": 100_000, "timeout": 3600.0}
 

@@ -55,6 +55,8 @@ class SamplingParams:
     logit_bias: tuple = ()         # ((token, bias), ...)
     min_p: float = 0.0
     bad_token_ids: tuple = ()
+    bad_sequences: tuple = ()      # ((token, ...), ...): the last token banned after the others
+    grammar: tuple | None = None   # DFA table[state][token] -> next state or -1 (not allowed); start 0
 
     def __post_init__(self):
         Transform(self.temperature, self.top_k, self.top_p)      # validates the sampling knobs
@@ -77,6 +79,14 @@ class SamplingParams:
         object.__setattr__(self, "logit_bias", bias)
         if any(int(t) < 0 for t in self.bad_token_ids):
             raise InputError(f"bad_token_ids {self.bad_token_ids!r}: token ids must be >= 0")
+        if any(not len(q) or any(int(t) < 0 for t in q) for q in self.bad_sequences):
+            raise InputError(f"bad_sequences {self.bad_sequences!r}: non-empty sequences of token ids >= 0")
+        if self.grammar is not None:
+            g = self.grammar
+            if (not g or any(len(r) != len(g[0]) for r in g)
+                    or any(not -1 <= int(x) < len(g) for r in g for x in r) or any(max(r) < 0 for r in g)):
+                raise InputError("grammar: a rectangular table of next states in [-1, states), "
+                                 "every state allowing a token")
         if self.max_tokens < 1:
             raise InputError(f"max_tokens {self.max_tokens} must be >= 1")
         if self.kappa is not None and self.kappa < 0:

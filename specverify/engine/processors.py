@@ -7,7 +7,10 @@ through the laws of whole runs); the same semantics and the same order:
     2. frequency f, presence  over the output tokens: l[t] -= f * count(t) + pr * (count(t) > 0)
     3. logit_bias             l[t] += b
     4. bad_token_ids          l[t] = -inf
+       bad_sequences          (s_1..s_k): if prompt + output ends with s_1..s_{k-1}, l[s_k] = -inf
     5. min_tokens n           while fewer than n output tokens, every stop id (EOS, stop_token_ids): -inf
+       grammar                a DFA table[state][token] -> next state or -1 (start state 0), walked over
+                              the output: every token its state does not allow: -inf
     then the transform (temperature, top-k, top-p: `sampler.transform_probs`), then
     6. min_p m                keep p >= m * max(p), renormalised (`min_p_filter`)
 
@@ -27,7 +30,8 @@ import numpy as np
 def active(params) -> bool:
     """Whether any logits processor of `params` (a SamplingParams) changes a row."""
     return (params.repetition_penalty != 1.0 or params.frequency_penalty != 0.0 or params.presence_penalty != 0.0
-            or bool(params.logit_bias) or bool(params.bad_token_ids) or params.min_tokens > 0)
+            or bool(params.logit_bias) or bool(params.bad_token_ids) or params.min_tokens > 0
+            or bool(params.bad_sequences) or params.grammar is not None)
 
 
 def process_row(logits, prompt, output, params, stop_ids) -> np.ndarray:
@@ -48,10 +52,21 @@ def process_row(logits, prompt, output, params, stop_ids) -> np.ndarray:
         row[int(t)] += float(b)
     for t in params.bad_token_ids:
         row[int(t)] = -np.inf
+    context = [int(t) for t in prompt] + [int(t) for t in output]
+    for seq in params.bad_sequences:
+        head = [int(t) for t in seq[:-1]]
+        if len(context) >= len(head) and context[len(context) - len(head):] == head:
+            row[int(seq[-1])] = -np.inf
     if len(output) < params.min_tokens:
         for t in stop_ids:
             if 0 <= t < vocab:
                 row[t] = -np.inf
+    if params.grammar is not None:
+        state = 0
+        for t in output:
+            state = params.grammar[state][int(t)] if state >= 0 else -1
+        allowed = np.array([state >= 0 and params.grammar[state][t] >= 0 for t in range(vocab)])
+        row[~allowed] = -np.inf
     return row
 
 
