@@ -9,6 +9,8 @@ The rules, as pure functions of explicit randomness:
     batch        the ragged verify batch (`VerifyBatch`, `Coins`) and its layout
     validate     input validation for every public function
     transforms   temperature, top-k, top-p in float64
+    processors   logits processors (penalties, min_tokens, logit bias, min_p, bans, grammar, stop) on
+                 the actual prefix, and their order
     toy          seeded toy language models (no weights)
     laws         exact laws: the probability of every outcome of a step or a run
     lossy        lossy rules, NOT exact: the oracle states their exact bias

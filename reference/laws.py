@@ -336,6 +336,41 @@ def target_law(target, prefix=(), length: int = 4) -> SequenceLaw:
     return SequenceLaw.from_dict(out, target.vocab_size)
 
 
+def processed_law(target, transform=None, settings=None, prompt=(), length: int = 4) -> SequenceLaw:
+    """The autoregressive law of runs of up to `length` tokens with the processors applied to the real
+    prefix (`reference.processors`: prompt + the tokens emitted so far): prod_i p~(x_i | prompt, x_<i),
+    where a run ends at its first stop token (a shorter sequence; PAD after it in sampled runs)."""
+    from .processors import OFF, model_probs
+
+    settings = settings or OFF
+    prompt = tuple(prompt)
+    stop = set(settings.stop_tokens)
+    out: dict = {}
+
+    def rec(path: tuple, w: float) -> None:
+        if len(path) == length or (path and path[-1] in stop):
+            out[path] = w
+            return
+        p = model_probs(target, prompt, path, transform, settings)
+        for y in np.flatnonzero(p > 0):
+            rec(path + (int(y),), w * p[y])
+
+    rec((), 1.0)
+    return SequenceLaw.from_dict(out, target.vocab_size)
+
+
+def processed_greedy_path(target, settings=None, prompt=(), length: int = 4) -> tuple:
+    """The argmax path (lowest index on ties) of the processed target: `length` tokens, or fewer when
+    it reaches a stop token (which it includes)."""
+    from .processors import OFF, model_probs
+
+    settings = settings or OFF
+    path: tuple = ()
+    while len(path) < length and not (path and path[-1] in settings.stop_tokens):
+        path += (int(np.argmax(model_probs(target, prompt, path, Transform(temperature=0.0), settings))),)
+    return path
+
+
 @dataclass(frozen=True)
 class Stepper:
     """`step(prefix)` for `joint_law`: one step of `kind` ("chain" with `rule`, "block", "tree")."""

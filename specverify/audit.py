@@ -26,7 +26,7 @@ from .checks.base import ERROR, FAIL, PASS, SKIP, WARN, CheckResult, Context
 
 # the checks of the battery, in the order they run (module names under specverify.checks)
 BATTERY = ["marginal", "joint", "acceptance", "endpoints", "composition", "greedy", "reproducibility",
-           "rng_discipline", "runs", "transforms", "identity", "bitwise"]
+           "rng_discipline", "runs", "transforms", "identity", "bitwise", "processors"]
 
 
 @dataclass
@@ -177,6 +177,10 @@ def run_checks(engine, ctx: Context, names, ran: _Ran) -> None:
             skipped = [r.detail for r in found if r.detail]
             ran.not_covered[name] = skipped[0] if skipped else (
                 f"no row applies to capabilities {', '.join(sorted(getattr(engine, 'capabilities', ())))}")
+        else:       # rows that ran beside rows a check could not run (processors not declared)
+            partial = [r.detail for r in found if r.verdict == SKIP and r.data.get("not_covered")]
+            if partial:
+                ran.not_covered[name] = "; ".join(partial)
     ctx.check = ""
     ran.shared = onestep.sampling_seconds(ctx)
 

@@ -10,7 +10,7 @@ registry resolves (`reference`, `mutant:keep-tail`, `pkg.module:factory`, `path/
 zero-argument factory (a module-level function or class: it is sent by module and qualified name and
 imported by the worker with the audit's sys.path). The handle holds the adapter's attributes the battery
 reads as plain data fetched once (name, version as str, capabilities, and audit_defaults, row_dtype,
-models where the adapter has them), `methods` (which of METHODS it has; each is also a method of the
+models, processors where the adapter has them), `methods` (which of METHODS it has; each is also a method of the
 handle, so `hasattr(handle, "verify_trees")` answers as for the adapter), and:
 
     call(method, *args, what=...)   adapter.<method>(*args) in the worker
@@ -113,7 +113,7 @@ from specverify.reference.toy import ToyModel
 # the adapter methods the battery may call: each present one is mirrored as a method of the handle
 METHODS = ("verify", "verify_block", "verify_trees", "verify_tree", "verify_seeded", "generate", "bitwise")
 # attributes copied from the adapter when it has them (name, version and capabilities always are)
-ATTRIBUTES = ("audit_defaults", "row_dtype", "models")
+ATTRIBUTES = ("audit_defaults", "row_dtype", "models", "processors")
 # parameter names of the protocol methods (`adapters.protocol`): they name the arrays in last_mutated
 PARAMS = {
     "verify": ("batch", "coins"),
@@ -121,7 +121,7 @@ PARAMS = {
     "verify_trees": ("batch", "coins"),
     "verify_tree": ("tree", "target_probs", "draft_probs", "coins", "final_coin"),
     "verify_seeded": ("batch", "seeds"),
-    "generate": ("target", "draft", "prompt", "kappa", "transform", "seed", "n", "length"),
+    "generate": ("target", "draft", "prompt", "kappa", "transform", "seed", "n", "length", "processors"),
 }
 WALK_DEPTH = 4              # how deep into the arguments arrays are looked for (batch.target_probs: 1)
 ALIGN = 64                  # bytes: every array starts at a multiple of this in the arena

@@ -60,6 +60,22 @@ Engine level -- a black box, no coin access (capability "engine"):
                         the identity-draft check needs them (draft = target must accept everything)
     The checks compare the joint law of the n runs with the target's exact autoregressive law.
 
+Engine level with logits processors (an adapter with "engine" that declares `processors`):
+
+    processors: set[str]           the processors its generate implements, names from PROCESSORS
+                                   (`reference.processors.NAMES`); an unknown name is an error, and the
+                                   processor checks run only what is declared (the rest is listed as
+                                   not covered)
+    generate(..., processors=settings)
+        settings        `reference.processors.Processors`: repetition / frequency / presence
+                        penalties, min_tokens, logit_bias, min_p, banned tokens and sequences, a grammar
+                        DFA, stop tokens; to be applied to every target and draft row with the prefix
+                        that row conditions on (prompt + committed output + drafts 0..i-1 at draft
+                        position i), in the order `reference.processors` states. Passed only to an
+                        adapter that declares processors, and only with processors it declares.
+        tokens          a run ends at its first stop token, which is emitted; the rest of its row is
+                        -1 (PAD). Nothing may follow a stop token.
+
 A complete minimal adapter (the exact chain rule, by way of the reference) looks like this:
 
     import numpy as np
@@ -90,6 +106,8 @@ METHODS = {
     "bitwise": ("bitwise",),      # our engine's greedy bitwise run (specverify/adapters/specverify_engine.py)
 }
 CAPABILITIES = tuple(METHODS)
+# the logits processors an engine-level adapter may declare (`processors`); defined in reference.processors
+from specverify.reference.processors import NAMES as PROCESSORS  # noqa: E402
 
 
 def check_adapter(adapter, what: str) -> None:
@@ -110,3 +128,21 @@ def check_adapter(adapter, what: str) -> None:
     for cap in caps:
         if not any(callable(getattr(adapter, m, None)) for m in METHODS[cap]):
             raise AdapterError(f"{what}: declares capability {cap!r} but has no {' or '.join(METHODS[cap])} method")
+    check_processors(adapter, what, caps)
+
+
+def check_processors(adapter, what: str, caps) -> None:
+    """The `processors` declaration, if any: a collection of known names (PROCESSORS), on an adapter
+    with the "engine" capability (processors exist only at engine level)."""
+    from specverify.errors import AdapterError
+
+    if not hasattr(adapter, "processors"):
+        return
+    procs = getattr(adapter, "processors")
+    if isinstance(procs, (str, bytes)) or not hasattr(procs, "__iter__"):
+        raise AdapterError(f"{what}: processors must be a set of names from {', '.join(PROCESSORS)}, got {procs!r}")
+    unknown = sorted({str(p) for p in procs if p not in PROCESSORS})
+    if unknown:
+        raise AdapterError(f"{what}: unknown processor name(s) {', '.join(unknown)}; known: {', '.join(PROCESSORS)}")
+    if list(procs) and "engine" not in caps:
+        raise AdapterError(f"{what}: declares processors but not the \"engine\" capability (processors are engine level)")

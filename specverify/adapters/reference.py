@@ -19,6 +19,7 @@ class ReferenceEngine:
     name = "reference"
     version = __version__
     capabilities = {"chain", "greedy", "block", "tree", "seeded", "engine"}
+    processors = set(SpecEngine.processors)        # every logits processor (reference.processors)
 
     def __init__(self):
         self._vector = VectorSampler()
@@ -39,5 +40,5 @@ class ReferenceEngine:
     def verify_seeded(self, batch, seeds):
         return fast.verify_batch(batch, self._vector.seeded_coins(batch, seeds), rule=rules.CHAIN.name)
 
-    def generate(self, target, draft, prompt, kappa, transform, seed, n, length):
-        return self._engine.generate(target, draft, prompt, kappa, transform, seed, n, length)
+    def generate(self, target, draft, prompt, kappa, transform, seed, n, length, processors=None):
+        return self._engine.generate(target, draft, prompt, kappa, transform, seed, n, length, processors)

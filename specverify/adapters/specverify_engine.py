@@ -45,10 +45,25 @@ class _ByteTokenizer:
         return self.encode(" ".join(m["content"] for m in messages))
 
 
+def engine_processors(settings) -> dict:
+    """The engine's SamplingParams fields for the audit's `reference.processors.Processors` (only the
+    processors SpecverifyEngine.processors declares reach here)."""
+    if settings is None:
+        return {}
+    return {"repetition_penalty": settings.repetition_penalty, "frequency_penalty": settings.frequency_penalty,
+            "presence_penalty": settings.presence_penalty, "min_tokens": settings.min_tokens,
+            "logit_bias": settings.logit_bias, "min_p": settings.min_p, "bad_token_ids": settings.banned_tokens,
+            "stop_token_ids": settings.stop_tokens, "bad_sequences": settings.banned_sequences,
+            "grammar": None if settings.grammar is None else settings.grammar.table}
+
+
 class SpecverifyEngine:
     name = "specverify"
     version = __version__
     capabilities = {"chain", "greedy", "seeded", "engine", "bitwise"}
+    # the engine's logits processors (engine/processors.py): every one the reference defines
+    processors = {"repetition_penalty", "frequency_penalty", "presence_penalty", "min_tokens", "logit_bias", "min_p",
+                  "banned_tokens", "banned_sequences", "grammar", "stop_tokens"}
     # a Python engine (~30k requests/s at sampler level, ~3000 toy runs/s at engine level)
     audit_defaults = {"samples": 100_000, "timeout": 3600.0}
 
@@ -82,19 +97,22 @@ class SpecverifyEngine:
             return (rng.random(k) if k else ()), rng.random()
         return self._verify(batch, coin_source)
 
-    def generate(self, target, draft, prompt, kappa, transform, seed, n, length):
+    def generate(self, target, draft, prompt, kappa, transform, seed, n, length, processors=None):
         from specverify.engine import api
         from specverify.engine.engine import SamplingParams
         from specverify.reference.transforms import Transform
 
         transform = transform or Transform()
         seeds = np.random.SeedSequence(seed).generate_state(n, dtype=np.uint64) >> np.uint64(1)
+        extra = engine_processors(processors)
         sampling = [SamplingParams(temperature=transform.temperature, top_k=transform.top_k, top_p=transform.top_p,
-                                   max_tokens=length, seed=int(s)) for s in seeds]
+                                   max_tokens=length, seed=int(s), **extra) for s in seeds]
         res = api.generate(target, draft, [tuple(prompt)] * n, sampling=sampling,
                            spec=api.SpecOptions("draft", kappa=kappa),
                            run=api.RunOptions(max_batch_size=min(n, 1024), seed=seed))
-        tokens = np.array(res.tokens, np.int64)
+        tokens = np.full((n, length), PAD, np.int64)          # a run stopped early: PAD after its stop token
+        for i, t in enumerate(res.tokens):
+            tokens[i, :len(t)] = t
         return tokens, {"num_drafted": res.metrics.num_draft_tokens, "num_accepted": res.metrics.num_accepted}
 
     def bitwise_models(self):

@@ -7,8 +7,8 @@ The adapter's methods (protocol: `specverify.adapters.protocol`):
     verify_trees(batch: TreeBatch, coins: TreeCoins) -> int [B, depth + 1]              (tree, batched)
     verify_tree(tree, target_probs, draft_probs, coins, final_coin) -> emitted ids      (tree, one request)
     verify_seeded(batch, seeds) -> same as verify                                      (seeded)
-    generate(target, draft, prompt, kappa, transform, seed, n, length) -> tokens [n, length]
-             or (tokens, info)                                                         (engine)
+    generate(target, draft, prompt, kappa, transform, seed, n, length[, processors]) -> tokens [n, length]
+             or (tokens, info); with stop tokens a run may end early, PAD after it     (engine)
 
 Every call goes through `invoke`: to an adapter behind a handle (`specverify.isolation`, what
 `audit.prepare` opens) in its worker process, to a plain adapter object under `call_with_timeout`.
@@ -265,5 +265,10 @@ def generated(engine, ctx, what: str, **kw):
         res = res.tokens
     tokens = check_output(res, (kw["n"], kw["length"]), kw["target"].vocab_size, f"{engine.name}.generate")
     if (tokens < 0).any():
-        raise AdapterError(f"{engine.name}.generate: returned fewer than {kw['length']} tokens for some run")
+        # runs may end early only at a stop token (processors with stop_tokens), PAD to the end after
+        # it; whether a stop token ended them is the processor checks' business (an exact row)
+        stops = getattr(kw.get("processors"), "stop_tokens", ())
+        pad = tokens == PAD
+        if not stops or (pad[:, :-1] & ~pad[:, 1:]).any():
+            raise AdapterError(f"{engine.name}.generate: returned fewer than {kw['length']} tokens for some run")
     return tokens, dict(info or {})

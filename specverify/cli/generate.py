@@ -27,6 +27,17 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--repetition-penalty", type=float, default=1.0, help="HF/CTRL repetition penalty (1 = off)")
+    p.add_argument("--frequency-penalty", type=float, default=0.0, help="OpenAI frequency penalty (0 = off)")
+    p.add_argument("--presence-penalty", type=float, default=0.0, help="OpenAI presence penalty (0 = off)")
+    p.add_argument("--min-tokens", type=int, default=0, help="EOS / stop ids masked until this many tokens")
+    p.add_argument("--min-p", type=float, default=0.0, help="keep tokens with p >= min_p * max p (0 = off)")
+    p.add_argument("--logit-bias", action="append", default=[], metavar="TOKEN=BIAS",
+                   help="add BIAS to token id TOKEN's logit (repeatable)")
+    p.add_argument("--bad-token-id", action="append", type=int, default=[], metavar="TOKEN",
+                   help="never emit token id TOKEN (repeatable)")
+    p.add_argument("--stop-token-id", action="append", type=int, default=[], metavar="TOKEN",
+                   help="stop after token id TOKEN (repeatable; EOS always stops)")
     add_engine_options(p, json_help="print one JSON object (tokens, text, metrics) instead of streaming")
     p.set_defaults(func=run)
 
@@ -41,6 +52,12 @@ def run(args) -> int:
 
     if args.kappa < 0:
         raise InputError(f"--kappa {args.kappa} must be >= 0")
+    params = [SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                             max_tokens=args.max_tokens, stop=tuple(args.stop),
+                             repetition_penalty=args.repetition_penalty, frequency_penalty=args.frequency_penalty,
+                             presence_penalty=args.presence_penalty, min_tokens=args.min_tokens, min_p=args.min_p,
+                             logit_bias=logit_bias(args.logit_bias), bad_token_ids=tuple(args.bad_token_id),
+                             stop_token_ids=tuple(args.stop_token_id))]
     if args.model:
         model, tok = load_model(args.model, args.backend, args.weights)
     else:
@@ -51,8 +68,10 @@ def run(args) -> int:
         msgs = ([{"role": "system", "content": args.system}] if args.system else []) + \
                [{"role": "user", "content": args.prompt}]
         prompt_ids = tok.encode_chat(msgs)
-    params = [SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-                             max_tokens=args.max_tokens, stop=tuple(args.stop))]
+    vocab = model.vocab_size if hasattr(model, "vocab_size") else None
+    ids = [t for t, _ in params[0].logit_bias] + list(params[0].bad_token_ids) + list(params[0].stop_token_ids)
+    if vocab is not None and any(t >= vocab for t in ids):
+        raise InputError(f"token id {max(ids)} outside the model's vocabulary [0, {vocab})")
     streamed = {"ids": [], "text": ""}
     stamps = [time.perf_counter()]
 
@@ -89,3 +108,19 @@ def run(args) -> int:
         print(f"[{n} tokens, {out.finish_reason}, decode {decode_tps:.1f} tok/s, prefill {prefill_s:.2f}s, "
               f"{E}target passes/token={m.passes_per_token:.2f}]", file=sys.stderr)
     return 0
+
+
+def logit_bias(items) -> tuple:
+    """--logit-bias TOKEN=BIAS values as ((token, bias), ...); a malformed one is an InputError."""
+    from specverify.errors import InputError
+
+    out = []
+    for item in items:
+        token, sep, bias = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            out.append((int(token), float(bias)))
+        except ValueError:
+            raise InputError(f"--logit-bias {item!r}: expected TOKEN=BIAS, e.g. 42=-1.5") from None
+    return tuple(out)

@@ -7,7 +7,8 @@
         drafts_b, q_b = proposer.propose(requests with k_b > 0)      (<= k_b each; q None = one-hot)
         new_b = its unfed tokens (the prompt, or the last emitted token) + drafts_b
         logits = target.forward(build_step(new_b, n_logits_b = len(drafts_b) + 1))   # [sum, V]
-        per request: emitted, m = sample_request(its rows, drafts_b, q_b, params, rng)
+        per request: its rows processed (penalties, bias, bans, min_tokens: row i with output + drafts_b[:i])
+                     emitted, m = sample_request(its rows, drafts_b, q_b, params, rng)
                      roll the KV back to the finalized tokens (old length + m)
                      append emitted tokens one by one, stopping at EOS / stop token / stop
                      string / max_tokens (the rest of an accepted run is discarded)
@@ -22,10 +23,12 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from specverify.errors import InputError
 from specverify.reference.transforms import Transform
 
+from . import processors
 from .kv_cache import SeqKV
 from .layout import build_step
 from .metrics import SpecMetrics
@@ -44,9 +47,46 @@ class SamplingParams:
     stop_token_ids: tuple = ()
     ignore_eos: bool = False
     kappa: int | None = None       # cap on this request's drafts (None: the batch kappa)
+    # logits processors (`engine/processors.py`: semantics and order), off by default
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    min_tokens: int = 0            # EOS and stop_token_ids masked until this many output tokens
+    logit_bias: tuple = ()         # ((token, bias), ...)
+    min_p: float = 0.0
+    bad_token_ids: tuple = ()
+    bad_sequences: tuple = ()      # ((token, ...), ...): the last token banned after the others
+    grammar: tuple | None = None   # DFA table[state][token] -> next state or -1 (not allowed); start 0
 
     def __post_init__(self):
         Transform(self.temperature, self.top_k, self.top_p)      # validates the sampling knobs
+        for name in ("repetition_penalty", "frequency_penalty", "presence_penalty", "min_p"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+                raise InputError(f"{name} {v!r} must be a finite number")
+        if self.repetition_penalty <= 0:
+            raise InputError(f"repetition_penalty {self.repetition_penalty} must be > 0 (1 = off)")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise InputError(f"min_p {self.min_p} must be in [0, 1] (0 = off)")
+        if isinstance(self.min_tokens, bool) or not isinstance(self.min_tokens, int) or self.min_tokens < 0:
+            raise InputError(f"min_tokens {self.min_tokens!r} must be an integer >= 0")
+        try:
+            bias = tuple((int(t), float(b)) for t, b in self.logit_bias)
+        except (TypeError, ValueError):
+            raise InputError(f"logit_bias {self.logit_bias!r}: expected pairs (token, bias)") from None
+        if any(t < 0 or not np.isfinite(b) for t, b in bias):
+            raise InputError(f"logit_bias {self.logit_bias!r}: token ids >= 0 and finite biases")
+        object.__setattr__(self, "logit_bias", bias)
+        if any(int(t) < 0 for t in self.bad_token_ids):
+            raise InputError(f"bad_token_ids {self.bad_token_ids!r}: token ids must be >= 0")
+        if any(not len(q) or any(int(t) < 0 for t in q) for q in self.bad_sequences):
+            raise InputError(f"bad_sequences {self.bad_sequences!r}: non-empty sequences of token ids >= 0")
+        if self.grammar is not None:
+            g = self.grammar
+            if (not g or any(len(r) != len(g[0]) for r in g)
+                    or any(not -1 <= int(x) < len(g) for r in g for x in r) or any(max(r) < 0 for r in g)):
+                raise InputError("grammar: a rectangular table of next states in [-1, states), "
+                                 "every state allowing a token")
         if self.max_tokens < 1:
             raise InputError(f"max_tokens {self.max_tokens} must be >= 1")
         if self.kappa is not None and self.kappa < 0:
@@ -67,6 +107,7 @@ class Request:
     finish_reason: str | None = None
     stop_text_end: int | None = None   # text length before the matched stop string
     num_steps: int = 0
+    stop_ids: tuple = ()               # EOS (unless ignore_eos) and stop_token_ids: what min_tokens masks
 
     @property
     def output(self) -> list:
@@ -121,8 +162,10 @@ class Engine:
         entropy = [params.seed] if params.seed is not None else [self.seed, rid]
         ss = np.random.SeedSequence(entropy)
         target_ss, draft_ss = ss.spawn(2)
+        stop_ids = tuple(int(t) for t in params.stop_token_ids) + (
+            (self.eos_token_id,) if self.eos_token_id is not None and not params.ignore_eos else ())
         req = Request(rid, prompt, params, np.random.default_rng(target_ss), np.random.default_rng(draft_ss),
-                      tokens=list(prompt))
+                      tokens=list(prompt), stop_ids=stop_ids)
         self.scheduler.add(req)
         return rid
 
@@ -168,6 +211,9 @@ class Engine:
             rows = logits[row:row + nl]
             row += nl
             drafts = list(drafts)
+            if processors.active(req.params):      # row i conditions on output + drafts 0..i-1
+                rows = torch.from_numpy(processors.process_rows(rows, req.prompt, req.output, drafts, req.params,
+                                                                req.stop_ids))
             emitted, m = sample_request(rows, drafts, q_rows, req.params, req.rng)
             self.metrics.record_verify(len(drafts), m)
             req.num_steps += 1

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from . import processors
 from .kv_cache import SeqKV
 from .layout import build_step
 from .sampler import draw, transform_probs
@@ -56,8 +57,9 @@ class DraftModelProposer:
     """A draft model (any object with the model protocol), run for k_b sequential single-token steps
     over the ragged layout, with its own paged KV cache. Requests catch up on the tokens the draft
     has not seen (the prompt, the last accepted run) in the first of those steps. Drafts are drawn
-    from q = the same transform (temperature, top-k, top-p) as the target's, with the request's own
-    draft generator; a greedy request drafts the draft's argmax (deterministic, q one-hot)."""
+    from q = the same processors and transform (temperature, top-k, top-p, min_p) as the target's, row i
+    processed with the output + drafts 0..i-1, with the request's own draft generator; a greedy request
+    drafts the draft's processed argmax (deterministic, q one-hot)."""
 
     name = "draft"
 
@@ -85,10 +87,14 @@ class DraftModelProposer:
             logits = self.model.forward(batch, self.cache)                  # [len(live), V]
             for row, b in enumerate(live):
                 p = reqs[b].params
+                r = logits[row:row + 1]
+                if processors.active(p):              # the draft's row sees output + drafts so far too
+                    r = torch.from_numpy(processors.process_row(r[0].numpy(), reqs[b].prompt,
+                                                                reqs[b].output + drafts[b], p, reqs[b].stop_ids)[None])
                 if p.temperature == 0:
-                    drafts[b].append(int(torch.argmax(logits[row])))
+                    drafts[b].append(int(torch.argmax(r[0])))
                 else:
-                    q = transform_probs(logits[row:row + 1], p.temperature, p.top_k, p.top_p)[0]
+                    q = processors.min_p_filter(transform_probs(r, p.temperature, p.top_k, p.top_p), p.min_p)[0]
                     drafts[b].append(draw(q, reqs[b].draft_rng.random()))
                     qrows[b].append(q)
             live = [b for b in live if len(drafts[b]) < ks[b]]

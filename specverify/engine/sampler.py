@@ -25,6 +25,8 @@ import torch
 
 from specverify.errors import InputError
 
+from .processors import min_p_filter
+
 
 def transform_probs(logits, temperature: float, top_k: int = 0, top_p: float = 1.0) -> np.ndarray:
     """Probabilities float64 [R, V] from logits [R, V] (torch or numpy); temperature > 0."""
@@ -106,7 +108,8 @@ def sample_request(logits_rows, drafts, q_rows, params, rng) -> tuple[list, int]
         raise InputError("the model produced NaN, +inf or all -inf logits: its weights or its inputs are broken")
     if params.temperature == 0:
         return greedy_verify(logits_rows, drafts)
-    p_rows = transform_probs(logits_rows, params.temperature, params.top_k, params.top_p)
+    p_rows = min_p_filter(transform_probs(logits_rows, params.temperature, params.top_k, params.top_p),
+                          getattr(params, "min_p", 0.0))
     k = len(drafts)
     accept_coins = rng.random(k) if k else ()
     final_coin = rng.random()

@@ -11,6 +11,8 @@ engine bug it models and where that bug was seen. The audit must fail every one 
     tail          the drafts after a rejection, the bonus row
     engine_loop   the loop around an exact sampler (what is drafted, what the KV caches keep, which
                   rows are transformed); these declare only the "engine" capability
+    processors    the sampling state around an exact sampler (penalties, min_tokens, min_p, grammar,
+                  stop tokens under speculation); "engine" capability with every processor declared
 
 Each mutant registers itself where it is defined (`registry.mutant`: its number, name and targets),
 so adding one is one class in one module. Beside them: `lossy` (known-biased rules as engines,
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 from specverify.errors import InputError
 
-from . import acceptance, endpoints, engine_loop, greedy, residual, seeded, tail  # noqa: F401 (they register)
+from . import acceptance, endpoints, engine_loop, greedy, processors, residual, seeded, tail  # noqa: F401 (they register)
 from .registry import CATALOGUE
 
 _ORDER = sorted(CATALOGUE, key=lambda name: CATALOGUE[name].number)
