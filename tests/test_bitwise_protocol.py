@@ -61,6 +61,22 @@ def test_logic_bug_is_caught_and_called_logic(tmp_path):
     assert "kind: logic" in g.detail and "first differing token at output 3" in g.detail
 
 
+def test_an_audit_of_a_bitwise_failure_says_not_bitwise(tmp_path):
+    from specverify.audit import run_audit
+    mod = example_module(tmp_path)
+
+    class WrongWhenBatched(mod.MyGreedy):
+        def decode_greedy(self, request):
+            res = super().decode_greedy(request)
+            if request.layout.batch_size > 1:
+                res.tokens = [[(t[0] + 1) % mod.V] + list(t[1:]) for t in res.tokens]
+            return res
+
+    result = run_audit(WrongWhenBatched(), Context(), ["bitwise"])
+    assert result.verdict == "fail" and result.deviation["kind"] == "not-bitwise"
+    assert "token ids alone identical in" not in result.checks[0].detail       # ids differ too
+
+
 def test_batch_dependent_reduction_order_fails_batch_invariance(tmp_path):
     mod = example_module(tmp_path)
 
@@ -86,6 +102,7 @@ def test_batch_dependent_reduction_order_fails_batch_invariance(tmp_path):
     assert d["kind"] in (bitwise.LOGITS_ONLY, bitwise.REDUCTION_ORDER)
     assert d["max_abs_diff"] is not None and 0 < d["max_abs_diff"] < 1e-4
     assert "first differing logit" in b.detail
+    assert b.data["bitwise"]["n_tokens_identical"] >= b.data["bitwise"]["n_identical"]
     assert got["greedy.bitwise[toy-numpy]"].verdict == "fail"      # its batched layouts differ too
 
 
@@ -179,3 +196,24 @@ def test_our_engine_on_the_level_tiny_model(monkeypatch):
         SpecverifyEngine().decode_greedy(GreedyRequest(((1, 2),), 2, variant="cuda"))
     with pytest.raises(Exception, match="unknown proposer 'eagle'"):
         SpecverifyEngine().decode_greedy(GreedyRequest(((1, 2),), 2, Spec("eagle", 2), variant="invariant"))
+
+
+def test_transformers_on_the_level_tiny_llama():
+    """Assisted generation (self-assistant) and prompt lookup vs plain greedy, and padded batch 4 vs
+    batch 1, on a tiny random Llama: the ids agree, and every divergence transformers shows is in the
+    logits' last bits (a reduction-order difference: speculation and padding change the launch), never
+    a logic one."""
+    pytest.importorskip("transformers")
+    from specverify.adapters.hf_bitwise import tiny
+    got = rows(tiny(), bitwise.Sizes(4, 12, (2, 4), (4,), None))
+    for name in ("greedy.bitwise[tiny-random-llama-hf,assisted]", "greedy.bitwise[tiny-random-llama-hf,prompt_lookup]",
+                 "batch.invariance[tiny-random-llama-hf]"):
+        r = got[name]
+        bw = r.data["bitwise"]
+        assert bw["logits_compared"] and bw["n_comparisons"] in (8, 4)
+        assert all(run["n_tokens_identical"] == run["n_prompts"] for run in bw["runs"]), name
+        for run in bw["runs"]:
+            d = run["divergence"]
+            assert d is None or d["kind"] in (bitwise.LOGITS_ONLY, bitwise.REDUCTION_ORDER), (name, d)
+    assert got["greedy.bitwise[tiny-random-llama-hf,batch>1]"].verdict == "skip"      # it speculates at batch 1 only
+    assert got["batch.invariance[tiny-random-llama-hf,ragged]"].verdict == "skip"

@@ -34,7 +34,7 @@ def test_exact_samplers_agree_on_every_rank(engine):
 def test_both_mutants_fail_at_both_world_sizes(name, kind):
     assert TARGETS[name] == ("rank_agreement",)
     result, rows = rows_of(make(name), lambda: make(name))
-    assert result.verdict == "fail"
+    assert result.verdict == "fail" and result.deviation["kind"] == "ranks-disagree"
     for world in rank_agreement.WORLD_SIZES:
         r = rows[f"rank.agreement[world={world}]"]
         assert r.verdict == "fail" and f"({kind})" in r.detail and r.data["rank0"] != r.data["other"]

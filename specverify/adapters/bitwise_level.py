@@ -108,6 +108,8 @@ class BitwiseInfo:
     proposers: tuple = ()            # the speculation methods decode_greedy takes besides NO_SPEC
     layouts: tuple = (BATCH, RAGGED)  # which of LAYOUT_KINDS it supports beyond batch 1
     max_batch_size: int = 64
+    spec_max_batch_size: int | None = None   # the largest batch it speculates in (None: max_batch_size;
+                                             # 1 for an engine that speculates one request at a time)
     variants: dict = field(default_factory=lambda: {None: SUBJECT})   # name -> SUBJECT or NEGATIVE_CONTROL
     prompts: tuple = ()              # optional: its own prompts (token ids), used first
     note: str | None = None          # shown in every row (e.g. "real model not installed")
@@ -128,8 +130,10 @@ def check_info(info, what: str) -> BitwiseInfo:
         raise AdapterError(f"{what}: variants must map names to {' or '.join(ROLES)}, got {info.variants!r}")
     if NO_SPEC in info.proposers:
         raise AdapterError(f"{what}: proposers lists {NO_SPEC!r}: plain decode is always asked for, list only speculators")
-    if not isinstance(info.max_batch_size, (int, np.integer)) or info.max_batch_size < 1:
-        raise AdapterError(f"{what}: max_batch_size {info.max_batch_size!r} must be an integer >= 1")
+    for key in ("max_batch_size", "spec_max_batch_size"):
+        value = getattr(info, key)
+        if (value is not None or key == "max_batch_size") and (not isinstance(value, (int, np.integer)) or value < 1):
+            raise AdapterError(f"{what}: {key} {value!r} must be an integer >= 1")
     for p in info.prompts:
         if not len(p) or min(p) < 0 or max(p) >= info.vocab_size:
             raise AdapterError(f"{what}: a prompt of bitwise_info() is empty or has ids outside [0, {info.vocab_size})")
