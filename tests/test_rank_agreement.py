@@ -75,5 +75,5 @@ def test_the_harness_starts_the_groups_and_names_a_failing_rank():
 def test_an_adapter_that_cannot_be_rebuilt_is_not_covered():
     class Local(ReferenceEngine):
         pass
-    result = run_audit(Local(), Context(), ["rank_agreement"])
+    result = run_audit(Local(), Context(samples=2000), ["greedy", "rank_agreement"])
     assert "rank_agreement" in result.not_covered and "cannot be rebuilt" in result.not_covered["rank_agreement"]
