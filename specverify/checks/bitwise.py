@@ -1,64 +1,321 @@
-"""Greedy bitwise: speculative greedy decode must equal plain greedy decode token for token, and
-every logits row a token was decided from must be bitwise the plain decode's row.
+"""Greedy bitwise and batch invariance, for any engine on the protocol's bitwise level
+(`specverify.adapters.bitwise_level`: `bitwise_info()` and `decode_greedy(GreedyRequest)`).
 
-Runs on engines with capability "bitwise" (`adapter.bitwise(backend, full=, small=, progress=)`,
-see `adapters.specverify_engine`). With the batch-invariant backend the row is exact: one differing
-token id or logit byte fails it. The same harness on the default backend is the negative control:
-its row passes when the harness sees the default backend's logits diverge (the problem the invariant
-backend exists to fix), and warns if it sees nothing.
+For each variant the adapter offers, the baseline is plain greedy decode at batch 1. Then:
+
+- `greedy.bitwise[<model>,<variant>]`: speculative decode (each proposer, each kappa, each layout)
+  must equal the baseline in token ids and, where the adapter returns logits, in every logits row's
+  bytes;
+- `batch.invariance[<model>,<variant>]`: plain decode at batch N and in a ragged layout must equal
+  the baseline the same way (one request's logits must not depend on its neighbours).
+
+Exact rows: one differing id or logit byte fails them. The first divergence is reported as prompt,
+output index, both tokens, both logits rows' first differing entry and the baseline's top-2 margin
+there, and classified: a token flip at a relative top-2 margin below REDUCTION_ORDER_MARGIN (or a
+logits-only difference) is a reduction-order bug (last bits differ, a near tie flips); a flip at a
+larger margin is a logic bug (the engine computed something else). A variant with the role
+"negative-control" (ours: torch's default ops) runs small; its rows pass when the harness sees a
+divergence there (proof that the comparison can see one) and warn when it sees none.
+
+Prompts are sent in calls of at most CHUNK prompts (or the layout's batch size if larger), logits as
+digests; on a divergence the two calls are repeated with rows to report values.
 """
 
 from __future__ import annotations
 
-from .base import FAIL, PASS, WARN, CheckResult, Timer
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from specverify.adapters.bitwise_level import (BATCH, DIGESTS, LAYOUT_KINDS, NEGATIVE_CONTROL, NO_SPEC, RAGGED, ROWS, SUBJECT,
+                                               GreedyRequest, Layout, Spec, check_info, check_result, digests_of)
+from specverify.errors import AdapterError
+
+from .harness import invoke
+from .base import FAIL, PASS, SKIP, WARN, CheckResult, Timer
+
+REDUCTION_ORDER_MARGIN = 1e-3     # relative top-2 margin below which a flipped token is a reduction-order bug
+REDUCTION_ORDER, LOGIC, LOGITS_ONLY, NO_LOGITS = "reduction-order", "logic", "reduction-order (logits only)", "unknown"
+CHUNK = 8                         # prompts per decode_greedy call (at least the layout's batch size)
+RANDOM_PROMPT_LENGTHS = (5, 24)   # synthetic prompts (adapter offers none): lengths drawn in this range
 
 
-def _shape(r) -> str:
-    return (f"{r.n_prompts} prompts x {r.max_tokens} tokens x kappa {{{','.join(map(str, r.kappas))}}} x "
-            f"batch {{{','.join(r.batches)}}}")
+@dataclass(frozen=True)
+class Sizes:
+    """How much the check runs: prompts x new tokens, the kappas and the layouts (batch 1 is the
+    baseline, and also a speculative layout)."""
+
+    n_prompts: int
+    max_tokens: int
+    kappas: tuple
+    batch_sizes: tuple            # speculative and batch-invariance layouts besides batch 1
+    ragged_batch: int | None      # the ragged layout's batch size (None: no ragged layout)
 
 
-def _divergence(r) -> str:
-    d = r.first_divergence
-    if d is None:
-        return "none"
-    run, div = d
-    parts = [f"kappa={run.kappa} batch={run.batch} prompt {div.prompt}"]
-    if div.first_logit_token_index is not None:
-        parts.append(f"first differing logit at output {div.first_logit_token_index}, vocab {div.vocab_id}: "
-                     f"{div.baseline_logit!r} vs {div.spec_logit!r} (max |diff| {div.max_abs_diff:.2g})")
-    if div.first_token_index is not None:
-        parts.append(f"first differing token at output {div.first_token_index}: {div.baseline_token} vs {div.spec_token}")
+CI = Sizes(32, 64, (1, 3, 7), (8,), 8)
+FULL = Sizes(256, 256, (1, 2, 3, 4, 5, 6, 7), (2, 4, 8, 16, 32, 64), 8)
+CONTROL = Sizes(4, 16, (3,), (8,), None)     # the negative control: enough to see last-bit divergence
+
+
+@dataclass
+class Divergence:
+    prompt: int
+    output_index: int                        # first output index where ids or logits rows differ
+    kind: str                                # REDUCTION_ORDER, LOGIC, LOGITS_ONLY or NO_LOGITS
+    baseline_token: int | None = None        # the tokens at the first differing id (None: ids equal)
+    other_token: int | None = None
+    first_token_index: int | None = None
+    first_logit_token_index: int | None = None
+    vocab_id: int | None = None              # first differing vocabulary entry of that row
+    baseline_logit: float | None = None
+    other_logit: float | None = None
+    max_abs_diff: float | None = None
+    top2_margin: float | None = None         # baseline row's top-1 minus top-2 logit there
+    relative_margin: float | None = None     # top2_margin / max(1, |top-1 logit|)
+
+    def text(self) -> str:
+        parts = [f"prompt {self.prompt}"]
+        if self.first_logit_token_index is not None and self.vocab_id is not None:
+            parts.append(f"first differing logit at output {self.first_logit_token_index}, vocab {self.vocab_id}: "
+                         f"{self.baseline_logit!r} vs {self.other_logit!r} (max |diff| {self.max_abs_diff:.2g})")
+        if self.first_token_index is not None:
+            parts.append(f"first differing token at output {self.first_token_index}: {self.baseline_token} vs "
+                         f"{self.other_token}")
+        else:
+            parts.append("token ids identical")
+        if self.top2_margin is not None:
+            parts.append(f"top-2 margin there {self.top2_margin:.3g} (relative {self.relative_margin:.2g})")
+        parts.append(f"kind: {self.kind}")
+        return "; ".join(parts)
+
+
+@dataclass
+class Comparison:
+    spec: str
+    layout: str
+    n_prompts: int
+    n_identical: int = 0                     # token ids and every logits row identical
+    n_tokens_identical: int = 0
+    logits_compared: bool = True
+    info: dict = field(default_factory=dict)
+    divergence: Divergence | None = None
+
+
+def _layouts(sizes: Sizes, info) -> list:
+    out = []
+    if BATCH in info.layouts:
+        out += [Layout(b) for b in sizes.batch_sizes if b <= info.max_batch_size]
+    if RAGGED in info.layouts and sizes.ragged_batch:
+        out.append(Layout(min(sizes.ragged_batch, info.max_batch_size), ragged=True))
+    return out
+
+
+def _prompts(info, n: int, rng) -> tuple:
+    """The adapter's own prompts first, then seeded random ones with repeated spans (so that prompt
+    lookup finds something to propose)."""
+    prompts = list(info.prompts[:n])
+    while len(prompts) < n:
+        span = rng.integers(0, info.vocab_size, int(rng.integers(*RANDOM_PROMPT_LENGTHS)))
+        prompts.append(tuple(int(t) for t in np.concatenate([span, span[: len(span) // 2]])))
+    return tuple(prompts)
+
+
+class _Runner:
+    """decode_greedy calls for one variant, in chunks, validated."""
+
+    def __init__(self, engine, info, variant, prompts, max_tokens, ctx):
+        self.engine, self.info, self.variant, self.prompts, self.L, self.ctx = engine, info, variant, prompts, max_tokens, ctx
+
+    def chunks(self, layout):
+        size = max(CHUNK, layout.batch_size)
+        return [range(i, min(i + size, len(self.prompts))) for i in range(0, len(self.prompts), size)]
+
+    def call(self, idx, spec, layout, logits):
+        req = GreedyRequest(tuple(self.prompts[i] for i in idx), self.L, spec, layout, self.variant, logits)
+        what = f"{self.engine.name}.decode_greedy({spec}, batch {layout}, variant {self.variant})"
+        return check_result(invoke(self.engine, "decode_greedy", req, ctx=self.ctx, what=what), req,
+                            self.info.vocab_size, what)
+
+    def run(self, spec, layout):
+        """(tokens per prompt, digests per prompt or None, info of the last call)."""
+        tokens, digests, info = [], [], {}
+        for idx in self.chunks(layout):
+            r = self.call(idx, spec, layout, DIGESTS)
+            tokens += [tuple(int(t) for t in row) for row in r.tokens]
+            d = digests_of(r)
+            digests = None if d is None or digests is None else digests + list(d)
+            info = r.info or info
+        return tokens, digests, info
+
+    def rows_of(self, prompt, spec, layout):
+        """The logits rows of `prompt` in the call it belongs to under (spec, layout), or None."""
+        for idx in self.chunks(layout):
+            if prompt in idx:
+                r = self.call(idx, spec, layout, ROWS)
+                return None if r.logits is None else np.asarray(r.logits[list(idx).index(prompt)])
+
+
+def classify(base_row, other_row, token_flipped: bool):
+    """(top-2 margin, relative margin, kind) of a divergence judged at the baseline row `base_row` and
+    the other run's row at the same output index: a flipped token at a relative margin below
+    REDUCTION_ORDER_MARGIN is REDUCTION_ORDER, above it LOGIC, and so is a flip from identical rows;
+    rows that differ without a flip are LOGITS_ONLY."""
+    b = np.asarray(base_row, np.float64)
+    top = np.sort(b)[-2:]
+    margin = float(top[1] - top[0])
+    relative = margin / max(1.0, abs(float(top[1])))
+    if not token_flipped:
+        return margin, relative, LOGITS_ONLY
+    if np.array_equal(np.asarray(base_row), np.asarray(other_row)):
+        return margin, relative, LOGIC       # the same row, a different token: the decision is wrong
+    return margin, relative, REDUCTION_ORDER if relative < REDUCTION_ORDER_MARGIN else LOGIC
+
+
+def _divergence(runner, base, other, spec, layout, i) -> Divergence:
+    (bt, bd), (ot, od) = base, other
+    tok_j = next((j for j, (x, y) in enumerate(zip(bt[i], ot[i])) if x != y), None)
+    log_j = None if bd is None or od is None else next(
+        (j for j, (x, y) in enumerate(zip(bd[i], od[i])) if x != y), None)
+    first = min(j for j in (tok_j, log_j) if j is not None)
+    d = Divergence(prompt=i, output_index=first, kind=NO_LOGITS, first_token_index=tok_j, first_logit_token_index=log_j)
+    if tok_j is not None:
+        d.baseline_token, d.other_token = bt[i][tok_j], ot[i][tok_j]
+    b_rows = runner.rows_of(i, Spec(), Layout(1))
+    o_rows = runner.rows_of(i, spec, layout)
+    if b_rows is None or o_rows is None:
+        return d
+    j = first if log_j is None else log_j            # the first differing logits row, if any
+    diff = np.flatnonzero(b_rows[j] != o_rows[j])
+    if diff.size:
+        b, o = b_rows[j].astype(np.float64), o_rows[j].astype(np.float64)
+        v = int(diff[0])
+        d.first_logit_token_index = j
+        d.vocab_id, d.baseline_logit, d.other_logit = v, float(b[v]), float(o[v])
+        d.max_abs_diff = float(np.abs(b - o).max())
+    k = first if tok_j is None else tok_j             # judged where the token flipped
+    d.top2_margin, d.relative_margin, d.kind = classify(b_rows[k], o_rows[k], tok_j is not None)
+    return d
+
+
+def _compare(runner, base, spec, layout) -> Comparison:
+    ot, od, info = runner.run(spec, layout)
+    bt, bd = base
+    c = Comparison(str(spec), str(layout), len(bt), logits_compared=bd is not None and od is not None, info=info)
+    for i in range(len(bt)):
+        ids_same = bt[i] == ot[i]
+        rows_same = not c.logits_compared or bd[i] == od[i]
+        c.n_tokens_identical += ids_same
+        c.n_identical += ids_same and rows_same
+        if c.divergence is None and not (ids_same and rows_same):
+            c.divergence = _divergence(runner, base, (ot, od), spec, layout, i)
+    return c
+
+
+def _shape(sizes: Sizes, comps, kappas=True) -> str:
+    layouts = sorted({c.layout for c in comps}, key=lambda s: (s.startswith("ragged"), len(s), s))
+    text = f"{sizes.n_prompts} prompts x {sizes.max_tokens} tokens"
+    if kappas:
+        text += f" x kappa {{{','.join(map(str, sizes.kappas))}}}"
+    return text + f" x batch {{{','.join(layouts)}}}"
+
+
+def _summary(comps) -> dict:
+    return {"n_comparisons": sum(c.n_prompts for c in comps), "n_identical": sum(c.n_identical for c in comps),
+            "runs": [asdict(c) for c in comps]}
+
+
+def _first(comps):
+    return next(((c, c.divergence) for c in comps if c.divergence is not None), None)
+
+
+def _row(name, comps, sizes, info, *, control, what, seconds, kappas, extra=None) -> CheckResult:
+    s = _summary(comps)
+    n, same = s["n_comparisons"], s["n_identical"]
+    logits = all(c.logits_compared for c in comps)
+    compared = "token ids and every logits row" if logits else "token ids (the adapter returned no logits rows)"
+    first = _first(comps)
+    div = "none" if first is None else f"{first[0].spec} batch {first[0].layout}: {first[1].text()}"
+    data = {"bitwise": dict(s, n_tokens_identical=sum(c.n_tokens_identical for c in comps), n_prompts=sizes.n_prompts, max_tokens=sizes.max_tokens, kappas=list(sizes.kappas),
+                            batches=sorted({c.layout for c in comps}), logits_compared=logits,
+                            first_divergence=None if first is None else asdict(first[1])),
+            "model": info.model}
+    data.update(extra or {})
+    if control:
+        seen = same < n
+        data["divergence_seen"] = seen
+        detail = (f"negative control, {info.model} variant {control}: {same}/{n} runs bitwise identical "
+                  f"({_shape(sizes, comps, kappas)}); first divergence: {div}")
+        verdict = PASS if seen else WARN
     else:
-        parts.append("token ids identical")
-    return "; ".join(parts)
+        detail = f"{info.model}: {same}/{n} {what} identical to plain decode at batch 1 in {compared} ({_shape(sizes, comps, kappas)})"
+        ids_same = sum(c.n_tokens_identical for c in comps)
+        if logits and ids_same != same:
+            detail += f"; token ids alone identical in {ids_same}/{n}"
+        if first is not None:
+            detail += f"; first divergence: {div}"
+        verdict = PASS if n and same == n else FAIL
+    if info.note:
+        detail += f"; {info.note}"
+    return CheckResult(name, verdict, n=n, exact=True, seconds=seconds, detail=detail, data=data)
 
 
-def run(engine, ctx) -> list[CheckResult]:
+def _label(info, variant, role, proposer=None) -> str:
+    parts = [info.model]
+    if variant is not None:
+        parts.append(f"{variant}:negative-control" if role == NEGATIVE_CONTROL else str(variant))
+    if proposer is not None:
+        parts.append(proposer)
+    return ",".join(parts)
+
+
+def run(engine, ctx, sizes: Sizes | None = None) -> list[CheckResult]:
     if "bitwise" not in getattr(engine, "capabilities", ()):
         return []
+    what = f"{engine.name}.bitwise_info()"
+    info = check_info(invoke(engine, "bitwise_info", ctx=ctx, what=what), what)
+    if not any(role == SUBJECT for role in info.variants.values()):
+        raise AdapterError(f"{what}: no variant has the role {SUBJECT!r}: nothing would be checked")
     rows = []
-    full = bool(getattr(ctx, "full", False))
-    ctx.say("greedy bitwise: invariant backend (speculative vs plain decode)")
-    with Timer() as t:
-        label, note, r = engine.bitwise("invariant", full=full, progress=ctx.say)
-    tokens_same = sum(x.n_tokens_identical for x in r.runs)
-    detail = (f"{label}: {r.n_identical}/{r.n_comparisons} speculative runs identical to plain decode in token ids "
-              f"and every logits row ({_shape(r)})")
-    if note:
-        detail += f"; {note}"
-    if not r.passed:
-        detail += f"; first divergence: {_divergence(r)}"
-    rows.append(CheckResult(f"greedy.bitwise[{label},invariant]", PASS if r.passed else FAIL, n=r.n_comparisons,
-                            exact=True, seconds=t.seconds, detail=detail,
-                            data={"bitwise": r.to_dict(), "model": label, "tokens_identical_runs": tokens_same}))
-    ctx.say("greedy bitwise: default backend (negative control)")
-    with Timer() as t:
-        label, note, r = engine.bitwise("default", small=not full, progress=ctx.say)
-    seen = r.n_identical < r.n_comparisons
-    detail = (f"negative control, {label} on the default (not batch-invariant) backend: {r.n_identical}/{r.n_comparisons} "
-              f"runs bitwise identical ({_shape(r)}); first divergence: {_divergence(r)}")
-    rows.append(CheckResult(f"greedy.bitwise[{label},default:negative-control]", PASS if seen else WARN,
-                            n=r.n_comparisons, exact=True, seconds=t.seconds, detail=detail,
-                            data={"bitwise": r.to_dict(), "model": label, "divergence_seen": seen}))
+    for variant, role in info.variants.items():
+        sz = CONTROL if role == NEGATIVE_CONTROL else sizes or (FULL if getattr(ctx, "full", False) else CI)
+        layouts = _layouts(sz, info)
+        prompts = _prompts(info, sz.n_prompts, ctx.rng("bitwise", "prompts"))
+        runner = _Runner(engine, info, variant, prompts, sz.max_tokens, ctx)
+        ctx.say(f"bitwise: {info.model} variant {variant}: baseline (plain decode, batch 1)")
+        with Timer() as t:
+            tokens, digests, _ = runner.run(Spec(), Layout(1))
+        base = (tokens, digests)
+        base_s = t.seconds
+        control = variant if role == NEGATIVE_CONTROL else None
+        many = len(info.proposers) > 1
+        spec_max = info.max_batch_size if info.spec_max_batch_size is None else info.spec_max_batch_size
+        spec_layouts = [Layout(1)] + [x for x in layouts if x.batch_size <= spec_max]
+        for proposer in info.proposers:
+            comps = []
+            with Timer() as t:
+                for kappa in sz.kappas:
+                    for layout in spec_layouts:
+                        comps.append(_compare(runner, base, Spec(proposer, kappa), layout))
+                        ctx.say(f"bitwise: {proposer} kappa={kappa} batch {layout}: "
+                                f"{comps[-1].n_identical}/{comps[-1].n_prompts} identical")
+            rows.append(_row(f"greedy.bitwise[{_label(info, variant, role, proposer if many else None)}]", comps, sz,
+                             info, control=control, what="speculative runs", seconds=t.seconds + base_s, kappas=True,
+                             extra={"proposer": proposer, "baseline_seconds": base_s}))
+        left_out = [str(x) for x in layouts if x.batch_size > spec_max]
+        if left_out and info.proposers and role == SUBJECT:
+            rows.append(CheckResult(f"greedy.bitwise[{_label(info, variant, role)},batch>{spec_max}]", SKIP, exact=True,
+                                    detail=f"not covered: the adapter speculates at batch <= {spec_max} only "
+                                           f"(left out: batch {', '.join(left_out)})"))
+        if layouts:
+            with Timer() as t:
+                comps = [_compare(runner, base, Spec(), layout) for layout in layouts]
+            rows.append(_row(f"batch.invariance[{_label(info, variant, role)}]", comps, sz, info, control=control,
+                             what="plain runs", seconds=t.seconds, kappas=False))
+    if not info.proposers:
+        rows.append(CheckResult(f"greedy.bitwise[{info.model}]", SKIP, exact=True,
+                                detail="the adapter offers no proposer: speculative decode not compared"))
+    for kind in LAYOUT_KINDS:
+        if kind not in info.layouts:
+            rows.append(CheckResult(f"batch.invariance[{info.model},{kind}]", SKIP, exact=True,
+                                    detail=f"not covered: the adapter offers no {kind} layout"))
     return rows

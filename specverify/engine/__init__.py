@@ -14,5 +14,6 @@
     toy_adapter.py  reference toy models behind the model protocol
     api.py          `generate(target, draft, prompts, sampling=SamplingParams, spec=SpecOptions,
                     run=RunOptions, tokenizer=)`
-    bitwise.py      `run_bitwise(...)`: greedy speculative vs plain decode, token ids and logits
+    bitwise.py      `decode_greedy(model, GreedyRequest)`: the engine on the protocol's bitwise level
+                    (the comparison is `specverify.checks.bitwise`'s); the prompt set
 """

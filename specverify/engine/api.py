@@ -65,8 +65,12 @@ class RunOptions:
     record_logits: Callable | None = None   # record_logits(request_id, output_index, row) per kept token
     on_step: Callable | None = None     # on_step(events) after every step (`Engine.step`'s return)
     engine_class: type = Engine         # `Engine` or a subclass of it
+    admit_per_step: int | None = None   # add at most this many requests before each step (None: all at
+                                        # once); 1 staggers them: launches mix prefills, decodes, verifies
 
     def __post_init__(self):
+        if self.admit_per_step is not None and self.admit_per_step < 1:
+            raise InputError(f"admit_per_step {self.admit_per_step} must be >= 1")
         if self.max_batch_size is not None and self.max_batch_size < 1:
             raise InputError(f"max_batch_size {self.max_batch_size} must be >= 1")
         if self.num_blocks is not None and self.num_blocks < 1:
@@ -167,9 +171,12 @@ def generate(target, draft=None, prompts=(), *, sampling: SamplingParams | Seque
                               max_batch_size=bsz, num_blocks=num_blocks, block_size=run.block_size, eos_token_id=eos,
                               detokenize=detokenize, seed=run.seed, record_logits=run.record_logits,
                               prefix_caching=run.prefix_caching)
-    for i, (p, pp) in enumerate(zip(enc, params)):
-        engine.add_request(p, pp, request_id=i)
-    while engine.has_unfinished():
+    pending = list(enumerate(zip(enc, params)))
+    while pending or engine.has_unfinished():
+        admit = len(pending) if run.admit_per_step is None else run.admit_per_step
+        for i, (p, pp) in pending[:admit]:
+            engine.add_request(p, pp, request_id=i)
+        del pending[:admit]
         events = engine.step()
         if run.on_step is not None:
             run.on_step(events)

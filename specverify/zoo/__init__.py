@@ -8,6 +8,7 @@ engine bug it models and where that bug was seen. The audit must fail every one 
     acceptance    the acceptance test                      greedy        the argmax and its ties
     endpoints     coins at 0 and 1, padded drafts          seeded        each request's random stream
     residual      the recovered token: residual, coin, draw
+    ranks         tensor parallelism: each rank's generator, each rank's reduction order
     tail          the drafts after a rejection, the bonus row
     engine_loop   the loop around an exact sampler (what is drafted, what the KV caches keep, which
                   rows are transformed); these declare only the "engine" capability
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 from specverify.errors import InputError
 
-from . import acceptance, endpoints, engine_loop, greedy, processors, residual, seeded, tail  # noqa: F401 (they register)
+from . import acceptance, endpoints, engine_loop, greedy, processors, ranks, residual, seeded, tail  # noqa: F401 (they register)
 from .registry import CATALOGUE
 
 _ORDER = sorted(CATALOGUE, key=lambda name: CATALOGUE[name].number)

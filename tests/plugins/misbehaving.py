@@ -95,7 +95,10 @@ class Raises(Base):
 class Progress(Base):
     capabilities = {"chain", "bitwise"}
 
-    def bitwise(self, backend, *, progress=None):
+    def bitwise_info(self):
+        return None
+
+    def decode_greedy(self, backend, *, progress=None):
         for step in range(3):
             progress(f"{backend} step {step}")
         return "label", None, {"steps": 3}

@@ -1,0 +1,173 @@
+"""The bitwise level of the protocol: greedy decoding on a model the adapter owns (capability "bitwise").
+
+An adapter at this level has two methods:
+
+    bitwise_info() -> BitwiseInfo
+        what it can run: its model's name and vocabulary, its proposers, the layouts and variants it
+        offers and, optionally, its own prompt token ids (else the harness makes random ones).
+    decode_greedy(request: GreedyRequest) -> GreedyResult
+        decode every prompt greedily (argmax, lowest index on ties, no EOS stop) for exactly
+        `max_new_tokens` tokens, with the speculation setting and batch layout asked for, and return
+        the token ids and -- if it can -- the logits row each token was decided from.
+
+The harness (`specverify.checks.bitwise`) runs plain decode at batch 1 as the baseline and compares
+speculative runs (`greedy.bitwise`) and plain runs in other layouts (`batch.invariance`) with it,
+token ids and logits bytes.
+
+Worked example: two prompts, three new tokens each, n-gram speculation with kappa 2, both requests
+in one batch, logits as digests::
+
+    request = GreedyRequest(prompts=((5, 6, 7), (5, 9)), max_new_tokens=3,
+                            spec=Spec("ngram", 2), layout=Layout(batch_size=2), logits=DIGESTS)
+    result = adapter.decode_greedy(request)
+    result.tokens   == ((8, 8, 3), (1, 4, 4))            # 3 ids per prompt, in prompt order
+    result.digests  == ((d00, d01, d02), (d10, d11, d12))  # row_digest(row) of each decided row
+    result.logits   is None                              # (or, instead of digests, float rows:
+                                                         #  (array [3, V], array [3, V]))
+
+`tokens[i][j]` is the j-th new token of prompt i; `logits[i][j]` the target row (float, any dtype,
+as the engine computed it: not converted) it was chosen as the argmax of; `digests[i][j]` is
+`row_digest` of that row. An adapter asked for DIGESTS may return rows instead (the harness digests
+them); one that cannot expose rows returns neither, and the comparison is then on token ids only
+(the row says so).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specverify.errors import AdapterError
+
+NO_SPEC = "none"                 # Spec.proposer for plain decode
+ROWS, DIGESTS = "rows", "digests"  # GreedyRequest.logits: what to return for each decided row
+LOGITS_MODES = (ROWS, DIGESTS)
+SUBJECT, NEGATIVE_CONTROL = "subject", "negative-control"   # roles of BitwiseInfo.variants
+ROLES = (SUBJECT, NEGATIVE_CONTROL)
+BATCH, RAGGED = "batch", "ragged"   # BitwiseInfo.layouts: beyond batch 1, what the adapter can lay out
+LAYOUT_KINDS = (BATCH, RAGGED)
+DIGEST_BYTES = 16
+
+
+def row_digest(row) -> bytes:
+    """The digest of one logits row: BLAKE2b-128 of its C-contiguous bytes (dtype as computed)."""
+    return hashlib.blake2b(np.ascontiguousarray(row).tobytes(), digest_size=DIGEST_BYTES).digest()
+
+
+@dataclass(frozen=True)
+class Spec:
+    """The speculation setting: `proposer` is NO_SPEC (plain decode; kappa 0) or one of the adapter's
+    `BitwiseInfo.proposers`, proposing `kappa` >= 1 drafts per step."""
+
+    proposer: str = NO_SPEC
+    kappa: int = 0
+
+    def __str__(self):
+        return "plain" if self.proposer == NO_SPEC else f"{self.proposer},kappa={self.kappa}"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the requests run together. batch_size: at most this many requests in one launch (1 = one
+    at a time). ragged: requests are admitted as others finish, so launches mix prefills, plain decodes
+    and verifies of different lengths; where the engine supports it, request i also speculates at most
+    i % (kappa + 1) drafts a step. A padded engine (one forward over a rectangular batch) supports
+    only ragged=False and pads the prompts of one batch to a common length as it does in production."""
+
+    batch_size: int = 1
+    ragged: bool = False
+
+    def __str__(self):
+        return f"ragged{self.batch_size}" if self.ragged else str(self.batch_size)
+
+
+@dataclass(frozen=True)
+class GreedyRequest:
+    prompts: tuple                   # tuple of prompts, each a tuple of token ids in [0, vocab_size)
+    max_new_tokens: int              # exactly this many new tokens per prompt (no EOS stop)
+    spec: Spec = Spec()
+    layout: Layout = Layout()
+    variant: str | None = None       # one of BitwiseInfo.variants (None: the adapter's only one)
+    logits: str = DIGESTS            # ROWS or DIGESTS: what to return for each decided row
+
+
+@dataclass
+class GreedyResult:
+    tokens: tuple                    # per prompt, max_new_tokens ids
+    logits: tuple | None = None      # per prompt, a float array [max_new_tokens, V], or None
+    digests: tuple | None = None     # per prompt, max_new_tokens row_digest values, or None
+    info: dict = field(default_factory=dict)   # optional: e.g. {"mean_accepted": 2.4}
+
+
+@dataclass(frozen=True)
+class BitwiseInfo:
+    model: str                       # the model's name, shown in every row ("SmolLM2-135M")
+    vocab_size: int
+    proposers: tuple = ()            # the speculation methods decode_greedy takes besides NO_SPEC
+    layouts: tuple = (BATCH, RAGGED)  # which of LAYOUT_KINDS it supports beyond batch 1
+    max_batch_size: int = 64
+    spec_max_batch_size: int | None = None   # the largest batch it speculates in (None: max_batch_size;
+                                             # 1 for an engine that speculates one request at a time)
+    variants: dict = field(default_factory=lambda: {None: SUBJECT})   # name -> SUBJECT or NEGATIVE_CONTROL
+    prompts: tuple = ()              # optional: its own prompts (token ids), used first
+    note: str | None = None          # shown in every row (e.g. "real model not installed")
+
+
+def check_info(info, what: str) -> BitwiseInfo:
+    """AdapterError unless `info` is a well-formed BitwiseInfo (unknown layouts or roles are errors:
+    a gate must not pass because it ran less than the user thinks)."""
+    if not isinstance(info, BitwiseInfo):
+        raise AdapterError(f"{what}: bitwise_info() must return a BitwiseInfo, got {type(info).__name__}")
+    if not isinstance(info.vocab_size, (int, np.integer)) or info.vocab_size < 2:
+        raise AdapterError(f"{what}: vocab_size {info.vocab_size!r} must be an integer >= 2")
+    bad = [k for k in info.layouts if k not in LAYOUT_KINDS]
+    if bad:
+        raise AdapterError(f"{what}: unknown layout kind(s) {', '.join(map(str, bad))}; known: {', '.join(LAYOUT_KINDS)}")
+    bad = [f"{k}={v}" for k, v in info.variants.items() if v not in ROLES]
+    if bad or not info.variants:
+        raise AdapterError(f"{what}: variants must map names to {' or '.join(ROLES)}, got {info.variants!r}")
+    if NO_SPEC in info.proposers:
+        raise AdapterError(f"{what}: proposers lists {NO_SPEC!r}: plain decode is always asked for, list only speculators")
+    for key in ("max_batch_size", "spec_max_batch_size"):
+        value = getattr(info, key)
+        if (value is not None or key == "max_batch_size") and (not isinstance(value, (int, np.integer)) or value < 1):
+            raise AdapterError(f"{what}: {key} {value!r} must be an integer >= 1")
+    for p in info.prompts:
+        if not len(p) or min(p) < 0 or max(p) >= info.vocab_size:
+            raise AdapterError(f"{what}: a prompt of bitwise_info() is empty or has ids outside [0, {info.vocab_size})")
+    return info
+
+
+def check_result(result, request: GreedyRequest, vocab_size: int, what: str) -> GreedyResult:
+    """AdapterError unless `result` answers `request`: one row of max_new_tokens ids in [0, V) per
+    prompt, logits [max_new_tokens, V] float or digests of DIGEST_BYTES bytes where given."""
+    if not isinstance(result, GreedyResult):
+        raise AdapterError(f"{what}: decode_greedy must return a GreedyResult, got {type(result).__name__}")
+    n, L = len(request.prompts), request.max_new_tokens
+    if len(result.tokens) != n:
+        raise AdapterError(f"{what}: {len(result.tokens)} token rows for {n} prompts")
+    for i, row in enumerate(result.tokens):
+        ids = np.asarray(row)
+        if ids.shape != (L,) or not np.issubdtype(ids.dtype, np.integer) or (ids.size and (ids.min() < 0 or ids.max() >= vocab_size)):
+            raise AdapterError(f"{what}: prompt {i}: tokens must be {L} integer ids in [0, {vocab_size}), got {row!r:.80}")
+    if result.logits is not None:
+        if len(result.logits) != n:
+            raise AdapterError(f"{what}: {len(result.logits)} logits arrays for {n} prompts")
+        for i, rows in enumerate(result.logits):
+            a = np.asarray(rows)
+            if a.shape != (L, vocab_size) or not np.issubdtype(a.dtype, np.floating):
+                raise AdapterError(f"{what}: prompt {i}: logits must be float [{L}, {vocab_size}], got {a.dtype} {a.shape}")
+    if result.digests is not None:
+        if len(result.digests) != n or any(len(d) != L or any(not isinstance(x, bytes) or len(x) != DIGEST_BYTES
+                                                               for x in d) for d in result.digests):
+            raise AdapterError(f"{what}: digests must be {L} row_digest values ({DIGEST_BYTES} bytes) per prompt")
+    return result
+
+
+def digests_of(result: GreedyResult):
+    """Per prompt, the tuple of row digests (computed from rows where the adapter gave rows), or None."""
+    if result.logits is not None:
+        return tuple(tuple(row_digest(r) for r in np.asarray(rows)) for rows in result.logits)
+    return None if result.digests is None else tuple(tuple(d) for d in result.digests)

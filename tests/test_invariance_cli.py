@@ -1,0 +1,111 @@
+"""`specverify invariance OPS`: torch's default fp32 linear fails with the first differing row and M,
+our invariant and Triton (interpreted) backends pass, a user's ops from a file are checked the same
+way, and every bad input is one line and exit 2."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from specverify.kerneltools import op_invariance
+
+USER_OPS = textwrap.dedent('''
+    import torch
+    from specverify.kerneltools.op_invariance import RowOp
+
+    def good():
+        return {"affine": RowOp("affine", lambda x: 2 * x + 1, (8,)),
+                "rowsum": RowOp("rowsum", lambda x: x.sum(dim=1, keepdim=True), (5, 3))}
+
+    def centred():                       # subtracts the launch's mean: depends on the neighbours
+        return [RowOp("centred", lambda x: x - x.mean(dim=0), (8,))]
+
+    def raises():
+        raise RuntimeError("no GPU\\nsecond line")
+
+    def not_ops():
+        return 3
+
+    def op_raises():
+        return RowOp("boom", lambda x: x[:, 99], (4,))
+''')
+
+
+def cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "specverify", "invariance", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ})
+
+
+def one_line_exit_2(proc, needle):
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert needle in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def user_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ops") / "my_ops.py"
+    path.write_text(USER_OPS)
+    return str(path)
+
+
+def test_torch_default_linear_fails_with_first_row_and_m(tmp_path):
+    out = tmp_path / "r.json"
+    proc = cli("torch-linear", "--sizes", "1..16", "--json", str(out), "--quiet")
+    assert proc.returncode == 1, proc.stderr
+    res = json.loads(out.read_text())
+    assert res["verdict"] == "fail" and res["deviation"]["kind"] == op_invariance.BATCH_VARIANT
+    (row,) = res["checks"]
+    assert row["name"] == "invariance[torch.linear[576->960]]" and row["exact"] and row["verdict"] == "fail"
+    first = row["data"]["first"]
+    assert first["size"] >= 2 and first["max_abs_diff"] > 0 and row["data"]["diff_sizes"]
+    assert f"first: row {first['row']} at position {first['position']} of a launch of M = {first['size']}" in row["detail"]
+
+
+def test_invariant_backend_passes_every_m_up_to_64():
+    proc = cli("invariant", "--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout)
+    assert res["verdict"] == "pass" and len(res["checks"]) == 4
+    assert all(c["verdict"] == "pass" and c["data"]["sizes"][-1] == 64 and c["n"] == 4160 for c in res["checks"])
+
+
+def test_triton_backend_passes_interpreted():
+    proc = cli("triton", "--sizes", "1..3,16,17,33,64", "--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    assert {c["verdict"] for c in json.loads(proc.stdout)["checks"]} == {"pass"}
+
+
+def test_user_ops_from_a_file(user_file):
+    good = cli(f"{user_file}:good", "--sizes", "1..64")
+    assert good.returncode == 0 and "invariance[rowsum]" in good.stdout and "PASS" in good.stdout, good.stderr
+    bad = cli(f"{user_file}:centred", "--sizes", "1..4")
+    assert bad.returncode == 1 and "FAIL invariance[centred]" in bad.stdout
+    assert "of a launch of M = 2" in bad.stdout           # M = 1 is each row alone: the first launch that can differ
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["nope.module:factory"], "ops 'nope.module:factory': no module named 'nope'"),
+    (["/no/such/file.py:f"], "no such file"),
+    (["justaname"], "expected pkg.module:factory"),
+    (["{file}:missing"], "has no attribute 'missing'"),
+    (["{file}:raises"], "raises() raised RuntimeError: no GPU"),
+    (["{file}:not_ops"], "the factory must return a RowOp"),
+    (["{file}:op_raises"], "op 'boom' raised IndexError"),
+    (["invariant", "--sizes", "0..4"], "--sizes '0..4': each size must be in [1, 4096]"),
+    (["invariant", "--sizes", "a"], "expected sizes such as 1..64"),
+    (["invariant", "--seed", "-1"], "--seed -1: must be an integer"),
+    (["invariant", "--json", "/proc/x.json"], "/proc"),
+])
+def test_bad_input_is_one_line_and_exit_2(user_file, args, needle):
+    one_line_exit_2(cli(*[a.format(file=user_file) for a in args]), needle)
+
+
+def test_help_names_the_ops_and_exit_codes():
+    proc = cli("--help")
+    assert proc.returncode == 0
+    for word in ("torch-linear", "invariant", "triton", "pkg.module:factory", "RowOp", "exit codes"):
+        assert word in proc.stdout

@@ -1,0 +1,79 @@
+"""Rank agreement under torch.distributed (gloo, world sizes 2 and 4, ranks started by the harness):
+the reference sampler and our engine's sampler emit the same tokens on every rank; the two zoo
+mutants -- an unsynchronised generator per rank, a rank-dependent reduction order before the argmax --
+fail, and the row names the call, the request and both ranks' tokens. The check is exact: no false
+alarm is possible for an implementation whose tokens do not depend on the rank."""
+
+import pytest
+
+from specverify.adapters.reference import ReferenceEngine
+from specverify.adapters.specverify_engine import SpecverifyEngine
+from specverify.audit import Context, run_audit
+from specverify.checks import rank_agreement
+from specverify.errors import AdapterError
+from specverify.ranks import run_ranks
+from specverify.zoo import TARGETS, make
+from specverify.zoo.ranks import rank_and_world
+
+
+def rows_of(engine, factory=None):
+    result = run_audit(engine, Context(), ["rank_agreement"], factory=factory)
+    return result, {r.name: r for r in result.checks if r.check == "rank_agreement"}
+
+
+@pytest.mark.parametrize("engine", [ReferenceEngine, SpecverifyEngine])
+def test_exact_samplers_agree_on_every_rank(engine):
+    result, rows = rows_of(engine(), engine)
+    assert set(rows) == {"rank.agreement[world=2]", "rank.agreement[world=4]"}
+    assert all(r.verdict == "pass" and r.exact for r in rows.values()), [r.detail for r in rows.values()]
+    assert rows["rank.agreement[world=4]"].n == rank_agreement.CALLS * rank_agreement.B * 3
+    assert result.verdict == "pass"
+
+
+@pytest.mark.parametrize("name, kind", [("rank-own-generator", "random"), ("rank-order-reduce", "greedy")])
+def test_both_mutants_fail_at_both_world_sizes(name, kind):
+    assert TARGETS[name] == ("rank_agreement",)
+    result, rows = rows_of(make(name), lambda: make(name))
+    assert result.verdict == "fail" and result.deviation["kind"] == "ranks-disagree"
+    for world in rank_agreement.WORLD_SIZES:
+        r = rows[f"rank.agreement[world={world}]"]
+        assert r.verdict == "fail" and f"({kind})" in r.detail and r.data["rank0"] != r.data["other"]
+        assert r.data["rank"] >= 1 and "differ from rank 0" in r.detail
+
+
+def test_mutants_are_exact_on_one_process():
+    assert rank_and_world() == (0, 1)
+    batches, seeds = rank_agreement.problems(Context().rng("rank_agreement"))
+    ref = ReferenceEngine()
+    for name in ("rank-own-generator", "rank-order-reduce"):
+        m = make(name)
+        assert all((m.verify_seeded(b, seeds) == ReferenceEngine().verify_seeded(b, seeds)).all() for b in batches[:1])
+    assert ref.verify_seeded(batches[0], seeds).shape[0] == rank_agreement.B
+
+
+def _raise_on_rank_1(adapter):
+    import torch.distributed as dist
+    if dist.get_rank() == 1:
+        raise ValueError("rank one is broken")
+    return dist.get_world_size()
+
+
+def _world(adapter):
+    import os
+
+    import torch.distributed as dist
+    return dist.get_rank(), dist.get_world_size(), os.environ["RANK"], os.environ["WORLD_SIZE"]
+
+
+def test_the_harness_starts_the_groups_and_names_a_failing_rank():
+    got = run_ranks(("name", "reference"), _world, (), (2, 4), timeout=120, what="t")
+    assert got[4] == [(r, 4, str(r), "4") for r in range(4)] and got[2] == [(r, 2, str(r), "2") for r in range(2)]
+    with pytest.raises(AdapterError, match=r"^t: rank 1 of 2 raised ValueError: rank one is broken$"):
+        run_ranks(("name", "reference"), _raise_on_rank_1, (), (2,), timeout=120, what="t")
+
+
+def test_an_adapter_that_cannot_be_rebuilt_is_not_covered():
+    class Local(ReferenceEngine):
+        pass
+    result = run_audit(Local(), Context(samples=2000), ["greedy", "rank_agreement"])
+    assert "rank_agreement" in result.not_covered and "cannot be rebuilt" in result.not_covered["rank_agreement"]
