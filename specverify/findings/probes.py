@@ -26,7 +26,7 @@ import numpy as np
 from specverify import stats
 from specverify.checks.base import FAIL, PASS, CheckResult, Timer
 from specverify.reference import rules
-from specverify.reference.batch import Coins, VerifyBatch
+from specverify.reference.batch import PAD, Coins, VerifyBatch
 
 # residual_zero rows (V = 4): zeros at both ends, where the fallbacks of vLLM (token 0: argmax of an
 # all-zero score row) and SGLang (token V - 1: CDF walk finds nothing) land
@@ -83,9 +83,17 @@ def padded_recovered(engine, rng: np.random.Generator, n: int = PADDED_N) -> lis
                                 draft_probs=np.tile(PAD_Q, (n, 1)) if with_q else None)
             out = np.asarray(engine.verify(batch, Coins.random(batch, rng)))
         first = out[:, 0]
+        name = f"probe.padded_recovered[{'draft_probs' if with_q else 'no draft_probs'}]"
+        accepted = int((first == PAD).sum())
+        if accepted:            # the placeholder itself came out as the first token: it was accepted
+            rows.append(CheckResult(name, FAIL, n=n, exact=True, seconds=t.seconds,
+                                    detail=f"a padded (-1) draft was accepted: -1 emitted as the first token in "
+                                           f"{accepted} of {n} requests (first rows {out[:3].tolist()})",
+                                    data={"accepted": accepted, "first_rows": out[:3].tolist(),
+                                          "p": PAD_P.tolist(), "q": PAD_Q.tolist() if with_q else None}))
+            continue
         counts = np.bincount(first, minlength=PAD_P.size)[:PAD_P.size]
         res = stats.pearson(counts, PAD_P, min_expected=10.0)
-        name = f"probe.padded_recovered[{'draft_probs' if with_q else 'no draft_probs'}]"
         rows.append(CheckResult(name, PASS, statistic=res.statistic, p_value=res.p_value, dof=res.dof, n=n,
                                 seconds=t.seconds, detail=f"token at a padded (-1) draft vs p: counts {counts.tolist()}, "
                                                           f"expected {(PAD_P * n).tolist()}",

@@ -14,7 +14,7 @@ from pathlib import Path
 from specverify.checks.base import ERROR, FAIL, WARN, CheckResult
 from specverify.format import fmt, json_safe
 
-from . import NOT_AUDITABLE, PLANS, REPRODUCERS, probes
+from . import ISOLATED, NOT_AUDITABLE, NOTES, PLANS, REPRODUCERS, probes
 
 REPRO_DIR = Path(__file__).parent / "repro"
 REPRO_TIMEOUT = 600
@@ -45,14 +45,16 @@ def audit(name: str, *, samples: int | None = None, seed: int = 0, alpha: float 
     plan_probes, plan_samples, plan_checks = PLANS[name]
     checks = plan_checks if checks is None else checks
     # in this process: each engine's findings run in a process of their own already (`--one`), and the
-    # probes reach into the adapter beyond the protocol's methods
+    # probes reach into the adapter beyond the protocol's methods -- except for ISOLATED engines, whose
+    # probes use only `verify` and reach it through the worker's handle
+    isolated = name in ISOLATED
     ready = prepare(name, {"seed": seed, "samples": samples or plan_samples, "alpha": alpha, "timeout": timeout,
-                           "checks": checks or None}, isolated=False)
+                           "checks": checks or None}, isolated=isolated)
     if checks == []:                                    # the probes alone
         ready.settings = replace(ready.settings, checks=())
     ready.ctx.assisted_runs, ready.ctx.identity_runs = assisted_runs, identity_runs
     probe_names = plan_probes if probe_names is None else probe_names
-    adapter = ready.engine.local
+    adapter = ready.engine if isolated else ready.engine.local
     return ready.run(extra=lambda engine, ctx: run_probes(adapter, probe_names, ctx)), adapter
 
 
@@ -68,6 +70,8 @@ def markdown(result, repros: dict, name: str) -> str:
              f"deviation detected with probability 0.99. Total {result.seconds:.0f} s.", ""]
     if name.startswith("sglang"):
         lines += [NOT_AUDITABLE["sglang"], ""]
+    if name in NOTES:
+        lines += [NOTES[name], ""]
     failed = [c for c in result.checks if c.verdict in (FAIL, ERROR)]
     if failed:
         lines += ["## Failing rows", ""]
