@@ -9,6 +9,8 @@ engine bug it models and where that bug was seen. The audit must fail every one 
     endpoints     coins at 0 and 1, padded drafts          seeded        each request's random stream
     residual      the recovered token: residual, coin, draw
     tail          the drafts after a rejection, the bonus row
+    precision     the draw's arithmetic in float32 (far tail)
+    tiles         a draw tiled over the vocabulary, its padding past V
     engine_loop   the loop around an exact sampler (what is drafted, what the KV caches keep, which
                   rows are transformed); these declare only the "engine" capability
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 from specverify.errors import InputError
 
 from . import acceptance, endpoints, engine_loop, greedy, residual, seeded, tail  # noqa: F401 (they register)
+from . import precision, tiles  # noqa: F401 (they register: the draw at real vocabulary sizes)
 from .registry import CATALOGUE
 
 _ORDER = sorted(CATALOGUE, key=lambda name: CATALOGUE[name].number)
