@@ -24,11 +24,11 @@ kappa = 1 (target rows p_0 at the draft position and p_1 for the bonus, draft ro
                    ids each have probability TAIL_PROB = 1.2e-8 (m = 3.15e-3; log-gap ~16.2 between a
                    head token and a tail token). Law: the bonus token ~ p_0; the tail-hit rate is m.
 
-Memory and time (`Sizing`): a verify batch holds at most BATCH_BYTES of rows (128 MiB: 64 rows at
-V = 262,144), so with the audit's copy, the adapter process's copy and an adapter's temporaries an
+Memory and time (`requests_per_batch`, `samples_for`): a verify batch holds at most BATCH_BYTES of
+rows (64 MiB: 32 rows at V = 262,144), so with the audit's copy, the adapter process's copy and an adapter's temporaries an
 audit stays well within MEMORY_BUDGET (2 GB resident); a problem passes at most PROBLEM_BYTES of rows
 through the adapter in all (samples = PROBLEM_BYTES / (rows per request * V * 8), at most MAX_SAMPLES;
-SECOND_BYTES for a second rule on the same problems), which bounds its time: the audit moves and the
+DENSE_BYTES for a dense problem, SECOND_BYTES for a second rule on the same problems), which bounds its time: the audit moves and the
 reference verifies ~1 GB of rows a second on these cores. Identical rows are built once per
 problem and reused by every batch (only draft ids and coins change).
 """
@@ -50,11 +50,12 @@ TAIL_PROB = 1.2e-8
 ZERO_RESIDUAL_Q = 1e-6              # q_0 at the drafted id of the zero-residual problem
 
 MEMORY_BUDGET = 2 * 10**9           # bytes resident, the stated ceiling of a default audit
-BATCH_BYTES = 128 << 20             # rows of one verify batch
-PROBLEM_BYTES = 512 << 20           # rows one problem passes through the adapter in all (chain rule)
-SECOND_BYTES = 128 << 20            # the same for the block rule's pass over the same problems
+BATCH_BYTES = 64 << 20              # rows of one verify batch
+PROBLEM_BYTES = 256 << 20           # rows one problem passes through the adapter in all (first rule)
+DENSE_BYTES = 512 << 20             # the same for a dense problem (pooled cells need more samples)
+SECOND_BYTES = 64 << 20             # the same for a second rule's pass over the same problems
 MAX_SAMPLES = 20_000
-FAR_TAIL_SAMPLES = 6400             # 100 batches of 64 rows: expected tail hits n * m = 20.1
+FAR_TAIL_SAMPLES = 6400             # 200 batches of 32 rows: expected tail hits n * m = 20.1
 
 
 @dataclass(frozen=True, eq=False)

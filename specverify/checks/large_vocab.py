@@ -4,7 +4,7 @@ dense rows (problems: `large_problems`).
 For every stochastic rule the engine claims (chain through `verify`, block through `verify_block`),
 each sparse and zero-residual problem at V in `large_problems.VOCABS` and each dense problem at V in
 `DENSE_VOCABS` is sampled (seeded per rule and problem; samples sized from V: `large_problems.samples_for`, the first rule
-claimed PROBLEM_BYTES of rows a problem, the second SECOND_BYTES)
+claimed PROBLEM_BYTES of rows a problem (DENSE_BYTES a dense one), the second SECOND_BYTES)
 and judged by
 
     <rule>.large_vocab_ids[<problem>]          exact: every emitted id is in [0, V), position 0 is
@@ -58,7 +58,7 @@ def sample(engine, method: str, problem: lp.LargeProblem, n: int, rng, ctx, gree
     not range-checked). The rows of a batch are built once and reused by every batch."""
     k, v = problem.kappa, problem.vocab_size
     m = min(n, lp.requests_per_batch(problem))
-    target, draft = replicated_rows(problem, m)
+    target, draft = replicated_rows(problem, m, ctx)
     out = np.empty((n, k + 1), np.int64)
     for s in range(0, n, m):
         b = min(m, n - s)
@@ -70,18 +70,17 @@ def sample(engine, method: str, problem: lp.LargeProblem, n: int, rng, ctx, gree
     return out
 
 
-_SCRATCH: list = []       # one BATCH_BYTES buffer per process, reused by every problem's batches
-
-
-def replicated_rows(problem: lp.LargeProblem, m: int):
+def replicated_rows(problem: lp.LargeProblem, m: int, ctx):
     """(target [m * (kappa + 1), V], draft [m * kappa, V]): m requests' copies of the problem's rows, in
-    one reused buffer of at most BATCH_BYTES (fresh allocations of 128 MiB a problem cost more than the
-    verify itself). Valid until the next call."""
+    one buffer of at most BATCH_BYTES kept on the context (each job of a parallel audit has its own) and
+    reused by every problem (fresh allocations of 64 MiB a problem cost more than the verify itself).
+    Valid until the next call with the same context."""
     k, v = problem.kappa, problem.vocab_size
     size = m * (2 * k + 1) * v
-    if not _SCRATCH or _SCRATCH[0].size < size:
-        _SCRATCH[:] = [np.empty(max(size, lp.BATCH_BYTES // 8))]
-    flat = _SCRATCH[0][:size]
+    buf = ctx.__dict__.get("_large_vocab_rows")
+    if buf is None or buf.size < size:
+        buf = ctx.__dict__["_large_vocab_rows"] = np.empty(max(size, lp.BATCH_BYTES // 8))
+    flat = buf[:size]
     target = flat[:m * (k + 1) * v].reshape(m, k + 1, v)
     target[:] = problem.target
     draft = flat[m * (k + 1) * v:].reshape(m, k, v)
@@ -180,10 +179,12 @@ def run(engine, ctx) -> list[CheckResult]:
     claimed = [r for r in rules.claimed(caps) if r.name in STOCHASTIC]
     for rule in claimed:
         for problem in problems:
-            n = lp.samples_for(problem, lp.PROBLEM_BYTES if rule is claimed[0] else lp.SECOND_BYTES)
+            first = lp.DENSE_BYTES if problem.name.startswith("dense") else lp.PROBLEM_BYTES
+            n = lp.samples_for(problem, first if rule is claimed[0] else lp.SECOND_BYTES)
             with Timer() as t:
                 out = sample(engine, rule.method, problem, n, ctx.rng("large_vocab", rule.name, problem.name), ctx)
             rows += judge(rule.name, problem, out, t.seconds, ctx)
+    ctx.__dict__.pop("_large_vocab_rows", None)         # the row buffer is not kept past the check
     if "greedy" in caps:
         rows += greedy_rows(engine, problems, ctx)
     if not rows:
