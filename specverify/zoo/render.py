@@ -18,7 +18,8 @@ from specverify.reports.analysis import ZOO_SYMBOLS
 # column heads: check -> at most CELL characters
 SHORT = {"marginal": "marg", "joint": "joint", "acceptance": "accept", "endpoints": "endpt",
          "composition": "compos", "greedy": "greedy", "reproducibility": "seeded", "rng_discipline": "rng",
-         "runs": "runs", "transforms": "transf", "identity": "ident"}
+         "runs": "runs", "transforms": "transf", "identity": "ident",
+         "large_vocab": "largeV", "far_tail": "ftail", "hostile": "hostil"}
 CELL = 6                                                   # width of a matrix column
 SYMBOLS = {verdict: symbol for symbol, verdict in ZOO_SYMBOLS.items()}   # a Matrix verdict -> its cell
 README_COMMAND = "$ specverify zoo"
