@@ -180,3 +180,20 @@ def test_float32_draws_never_reach_the_far_tail(name):
     row = next(r for r in result.checks if r.name == "chain.far_tail[far-tail,V=262144]")
     assert result.verdict == "fail" and row.verdict == "fail"
     assert row.data["tail_hits"] <= 3 and row.data["expected_hits"] > 20   # the exact sampler: ~20
+
+
+def test_the_compiled_kernel_returns_an_id_below_v_for_an_all_zero_row():
+    # the reference adapter refuses such rows; engines built on the kernel directly (the lossy rules)
+    # still get a safe id: before, the inverse-CDF walk fell past the end and returned V
+    from specverify.reference import fast
+    batch = hostile.batch_of(hostile.requests("zero-row", 8193, np.random.default_rng(0)), False)
+    coins = Coins(np.full(int(batch.num_draft_tokens.sum()), 0.5), np.full(batch.batch_size, 0.5))
+    out = fast.verify_batch(batch, coins)
+    assert out.max() < 8193 and out.min() >= -1
+    rows = hostile.run(make_lossy("threshold_acc=0.9"), Context())
+    assert all(r.verdict == "pass" for r in rows)
+
+
+def make_lossy(spec):
+    from specverify.zoo.lossy import LossyEngine
+    return LossyEngine(spec)
