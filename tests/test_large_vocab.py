@@ -197,3 +197,22 @@ def test_the_compiled_kernel_returns_an_id_below_v_for_an_all_zero_row():
 def make_lossy(spec):
     from specverify.zoo.lossy import LossyEngine
     return LossyEngine(spec)
+
+
+class _RaisesOnZeroResidual(VectorSampler):
+    """transformers' behaviour: torch.multinomial refuses the all-zero residual row."""
+
+    def residual(self, p, q):
+        w = np.maximum(p - q, 0.0)
+        if not (w > 0).any(axis=1).all():
+            raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+        return w
+
+
+def test_a_raise_on_valid_rows_fails_that_problem_and_the_others_still_run(monkeypatch):
+    monkeypatch.setattr(lp, "VOCABS", (8193,))
+    monkeypatch.setattr(lp, "DENSE_VOCABS", ())
+    rows = {r.name: r for r in large_vocab.run(_RaisesOnZeroResidual(), Context())}
+    bad = rows["chain.large_vocab_ids[zero-residual,V=8193]"]
+    assert bad.verdict == "fail" and "raised on valid rows: RuntimeError: probability tensor" in bad.detail
+    assert rows["chain.large_vocab_ids[sparse,V=8193]"].verdict == "pass"

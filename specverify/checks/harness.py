@@ -130,6 +130,12 @@ def returned_ids(engine, method: str, batch: VerifyBatch, coins, ctx, what: str)
     return check_output(res, (batch.batch_size, batch.max_spec_len + 1), None, f"{engine.name}.{method}")
 
 
+def adapter_lost(exc: AdapterError) -> bool:
+    """The adapter hung or its process died (an AdapterError that is not a raise inside the adapter)."""
+    msg = str(exc)
+    return "no answer within" in msg or "the adapter process" in msg
+
+
 def trusted_batch(draft_token_ids, num_draft_tokens, target_probs, draft_probs=None, greedy=None) -> VerifyBatch:
     """A VerifyBatch the harness built and knows to be valid (rows of a validated problem), made
     without re-validating millions of rows; `VerifyBatch(...)` validates everything it is given."""

@@ -77,12 +77,6 @@ def batch_of(reqs, greedy: bool):
                                  np.vstack([r[2] for r in reqs]), greedy=np.full(len(reqs), greedy))
 
 
-def lost(exc: AdapterError) -> bool:
-    """The adapter hung or its process died (not a raise inside the adapter)."""
-    msg = str(exc)
-    return "no answer within" in msg or "the adapter process" in msg
-
-
 def judge(name: str, engine, method: str, batch, rng, ctx, vocab: int) -> CheckResult:
     coins = Coins(rng.random(int(batch.num_draft_tokens.sum())), rng.random(batch.batch_size))
     raised = None
@@ -90,7 +84,7 @@ def judge(name: str, engine, method: str, batch, rng, ctx, vocab: int) -> CheckR
         try:
             out = harness.returned_ids(engine, method, batch, coins, ctx, f"hostile rows {name}")
         except AdapterError as exc:
-            if lost(exc):
+            if harness.adapter_lost(exc):
                 raise
             raised = str(exc).split(": raised ", 1)[-1]
     n = batch.batch_size

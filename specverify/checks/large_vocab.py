@@ -17,7 +17,11 @@ and judged by
                                                mass for the dense rows (every entry > 0: at most
                                                DENSE_POOLS pools, each expected >= ctx.min_expected)
 
-and, when the engine claims greedy, `greedy.large_vocab_ids[<problem>]`: the exact argmax path (lowest
+An adapter that raises on one of these problems (valid rows: a zero-residual row is a distribution) gets
+that problem's ids row as a FAIL naming what it raised, and the other problems still run; a hang or a
+dead adapter process ends the audit as everywhere else.
+
+And, when the engine claims greedy, `greedy.large_vocab_ids[<problem>]`: the exact argmax path (lowest
 id on ties) of every sparse problem. An adapter with `row_dtype = "float32"` samples from its rows
 rounded to float32: the pooled and support-cell laws move by ~1e-7, far below these rows' power.
 
@@ -31,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from specverify import stats
+from specverify.errors import AdapterError
 from specverify.reference import rules
 from specverify.reference.batch import Coins
 
@@ -182,7 +187,16 @@ def run(engine, ctx) -> list[CheckResult]:
             first = lp.DENSE_BYTES if problem.name.startswith("dense") else lp.PROBLEM_BYTES
             n = lp.samples_for(problem, first if rule is claimed[0] else lp.SECOND_BYTES)
             with Timer() as t:
-                out = sample(engine, rule.method, problem, n, ctx.rng("large_vocab", rule.name, problem.name), ctx)
+                try:
+                    out = sample(engine, rule.method, problem, n, ctx.rng("large_vocab", rule.name, problem.name), ctx)
+                except AdapterError as exc:
+                    if harness.adapter_lost(exc):
+                        raise
+                    out = str(exc).split(": raised ", 1)[-1]
+            if isinstance(out, str):       # valid rows refused: a failure of this problem, the rest still run
+                rows.append(CheckResult(f"{rule.name}.large_vocab_ids[{problem.name}]", FAIL, exact=True,
+                                        seconds=t.seconds, detail=f"the call raised on valid rows: {out[:200]}"))
+                continue
             rows += judge(rule.name, problem, out, t.seconds, ctx)
     ctx.__dict__.pop("_large_vocab_rows", None)         # the row buffer is not kept past the check
     if "greedy" in caps:
