@@ -20,7 +20,6 @@ increment is below half an ulp of 0.997), so the tail is never drawn. The row's 
 
 from __future__ import annotations
 
-import numpy as np
 
 from specverify import stats
 from specverify.reference import rules

@@ -3,9 +3,9 @@ dense rows (problems: `large_problems`).
 
 For every stochastic rule the engine claims (chain through `verify`, block through `verify_block`),
 each sparse and zero-residual problem at V in `large_problems.VOCABS` and each dense problem at V in
-`DENSE_VOCABS` is sampled (seeded per rule and problem; samples sized from V: `large_problems.samples_for`, the first rule
-claimed PROBLEM_BYTES of rows a problem (DENSE_BYTES a dense one), the second SECOND_BYTES)
-and judged by
+`DENSE_VOCABS` is sampled (seeded per rule and problem; samples sized from V by
+`large_problems.samples_for`: the first rule claimed gets PROBLEM_BYTES of rows a problem, DENSE_BYTES
+a dense one, the second SECOND_BYTES) and judged by
 
     <rule>.large_vocab_ids[<problem>]          exact: every emitted id is in [0, V), position 0 is
                                                never empty, and every id is in the support of its
