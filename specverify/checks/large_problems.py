@@ -26,8 +26,8 @@ kappa = 1 (target rows p_0 at the draft position and p_1 for the bonus, draft ro
 
 Memory and time (`requests_per_batch`, `samples_for`): a verify batch holds at most BATCH_BYTES of
 rows (64 MiB: 32 rows at V = 262,144), so that with the audit's copy, the adapter process's copy and
-an adapter's temporaries an audit stays within MEMORY_BUDGET (2 GB resident, measured 1.9 GB for a
-default `specverify audit reference`, 1.4 GB without these rows). A problem passes at most
+an adapter's temporaries an audit stays within MEMORY_BUDGET (2 GB resident; measured 1.45-1.5 GB for a
+default `specverify audit reference`, 1.25-1.4 GB without these rows). A problem passes at most
 PROBLEM_BYTES of rows through the adapter in all (samples = bytes / (rows per request * V * 8), at
 most MAX_SAMPLES; DENSE_BYTES for a dense problem, SECOND_BYTES for a second rule on the same
 problems), which bounds its time: the audit moves and the reference verifies ~1 GB of rows a second on
