@@ -47,6 +47,7 @@ def _draw(w, coin):
         for k in range(n - 1, -1, -1):
             if w[k] > 0:
                 return k
+        return n - 1        # no positive weight (not a distribution): still an id < V, never V
     return token
 
 

@@ -94,3 +94,20 @@ def coins(x, name: str, n: int | None = None) -> np.ndarray:
         i = int(np.flatnonzero(~(np.isfinite(a) & (a >= 0) & (a <= 1)))[0])
         raise InputError(f"{name}: coin {float(a[i])!r} at index {i} is outside [0, 1]")
     return a
+
+
+def usable_rows(batch) -> None:
+    """Raise InputError unless every target and draft row of a verify batch sums to a finite positive
+    number: rows with NaN, +-inf or nothing but zeros (what a broken model produces) have no law to
+    sample, and the compiled kernels would return an id of V for an all-zero row. One pass of row sums,
+    cheaper than `prob_rows` (rows the harness built are not re-validated)."""
+    for name in ("target_probs", "draft_probs"):
+        rows = getattr(batch, name, None)
+        if rows is None or not rows.size:
+            continue
+        sums = rows.sum(axis=1)
+        bad = ~(np.isfinite(sums) & (sums > 0))
+        if bad.any():
+            r = int(np.argmax(bad))
+            raise InputError(f"{name}: row {r} sums to {float(sums[r])!r}: not a distribution "
+                             f"(NaN, +-inf or all-zero rows are refused)")

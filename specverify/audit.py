@@ -26,7 +26,8 @@ from .checks.base import ERROR, FAIL, PASS, SKIP, WARN, CheckResult, Context
 
 # the checks of the battery, in the order they run (module names under specverify.checks)
 BATTERY = ["marginal", "joint", "acceptance", "endpoints", "composition", "greedy", "reproducibility",
-           "rng_discipline", "runs", "transforms", "identity", "bitwise", "processors", "rank_agreement"]
+           "rng_discipline", "runs", "transforms", "identity", "bitwise", "processors", "rank_agreement",
+           "large_vocab", "far_tail", "hostile"]      # real vocabulary sizes (`checks.large_problems`)
 
 
 @dataclass

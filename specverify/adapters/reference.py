@@ -4,6 +4,9 @@ Every protocol level: the compiled chain/greedy/block sampler (`reference.fast`)
 verification and seeded mode (`reference.vector.VectorSampler`, bit-equal to `reference.tree` /
 `.chain`), the one-request tree form (`reference.tree.tree_verify`) and an engine over toy models
 (`reference.toy_engine.SpecEngine` with the compiled sampler).
+
+Rows that are not distributions (NaN, +-inf, all zeros: the `hostile` check's rows) are refused with an
+InputError (`reference.validate.usable_rows`) before any verify: the defined, safe behaviour.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from specverify import __version__
 from specverify.reference import fast, rules
 from specverify.reference.toy_engine import SpecEngine
 from specverify.reference.tree import tree_verify
+from specverify.reference.validate import usable_rows
 from specverify.reference.vector import VectorSampler
 
 
@@ -26,9 +30,11 @@ class ReferenceEngine:
         self._engine = SpecEngine()
 
     def verify(self, batch, coins):
+        usable_rows(batch)
         return fast.verify_batch(batch, coins, rule=rules.CHAIN.name)
 
     def verify_block(self, batch, coins):
+        usable_rows(batch)
         return fast.verify_batch(batch, coins, rule=rules.BLOCK.name)
 
     def verify_trees(self, batch, coins):
@@ -38,6 +44,7 @@ class ReferenceEngine:
         return tree_verify(tree, target_probs, draft_probs, coins, final_coin)
 
     def verify_seeded(self, batch, seeds):
+        usable_rows(batch)
         return fast.verify_batch(batch, self._vector.seeded_coins(batch, seeds), rule=rules.CHAIN.name)
 
     def generate(self, target, draft, prompt, kappa, transform, seed, n, length, processors=None):

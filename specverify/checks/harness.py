@@ -81,8 +81,9 @@ def call_with_timeout(fn, *args, timeout: float, what: str):
     return box["value"]
 
 
-def check_output(out, shape: tuple, vocab: int, what: str) -> np.ndarray:
-    """The adapter's output as int64 of `shape` with ids in [-1, vocab); else an AdapterError."""
+def check_output(out, shape: tuple, vocab: int | None, what: str) -> np.ndarray:
+    """The adapter's output as int64 of `shape` with ids in [-1, vocab); else an AdapterError
+    (vocab None: ids not range-checked, for a check that judges them itself)."""
     try:
         a = np.asarray(out)
     except Exception as exc:  # noqa: BLE001
@@ -92,6 +93,8 @@ def check_output(out, shape: tuple, vocab: int, what: str) -> np.ndarray:
     if a.size and not np.issubdtype(a.dtype, np.integer):
         raise AdapterError(f"{what}: output dtype {a.dtype} is not an integer type")
     a = a.astype(np.int64)
+    if vocab is None:
+        return a
     bad = (a < -1) | (a >= vocab)
     if bad.any():
         raise AdapterError(f"{what}: output holds token id {int(a[bad][0])}, outside [-1, {vocab})")
@@ -118,6 +121,19 @@ def verified(engine, method: str, batch: VerifyBatch, coins, ctx, what: str) -> 
     verify_seeded)."""
     res = invoke(engine, method, batch, coins, ctx=ctx, what=f"{engine.name}.{method} ({what})")
     return check_output(res, (batch.batch_size, batch.max_spec_len + 1), batch.vocab_size, f"{engine.name}.{method}")
+
+
+def returned_ids(engine, method: str, batch: VerifyBatch, coins, ctx, what: str) -> np.ndarray:
+    """Like `verified`, but ids outside [-1, V) come back as they are instead of an AdapterError: for the
+    checks whose exact rows fail on them (`large_vocab`, `hostile`)."""
+    res = invoke(engine, method, batch, coins, ctx=ctx, what=f"{engine.name}.{method} ({what})")
+    return check_output(res, (batch.batch_size, batch.max_spec_len + 1), None, f"{engine.name}.{method}")
+
+
+def adapter_lost(exc: AdapterError) -> bool:
+    """The adapter hung or its process died (an AdapterError that is not a raise inside the adapter)."""
+    msg = str(exc)
+    return "no answer within" in msg or "the adapter process" in msg
 
 
 def trusted_batch(draft_token_ids, num_draft_tokens, target_probs, draft_probs=None, greedy=None) -> VerifyBatch:

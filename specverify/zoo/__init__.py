@@ -10,6 +10,8 @@ engine bug it models and where that bug was seen. The audit must fail every one 
     residual      the recovered token: residual, coin, draw
     ranks         tensor parallelism: each rank's generator, each rank's reduction order
     tail          the drafts after a rejection, the bonus row
+    precision     the draw's arithmetic in float32 (far tail)
+    tiles         a draw tiled over the vocabulary, its padding past V
     engine_loop   the loop around an exact sampler (what is drafted, what the KV caches keep, which
                   rows are transformed); these declare only the "engine" capability
     processors    the sampling state around an exact sampler (penalties, min_tokens, min_p, grammar,
@@ -29,6 +31,7 @@ from __future__ import annotations
 from specverify.errors import InputError
 
 from . import acceptance, endpoints, engine_loop, greedy, processors, ranks, residual, seeded, tail  # noqa: F401 (they register)
+from . import precision, tiles  # noqa: F401 (they register: the draw at real vocabulary sizes)
 from .registry import CATALOGUE
 
 _ORDER = sorted(CATALOGUE, key=lambda name: CATALOGUE[name].number)

@@ -19,7 +19,8 @@ from specverify.reports.analysis import ZOO_SYMBOLS
 SHORT = {"marginal": "marg", "joint": "joint", "acceptance": "accept", "endpoints": "endpt",
          "composition": "compos", "greedy": "greedy", "reproducibility": "seeded", "rng_discipline": "rng",
          "runs": "runs", "transforms": "transf", "identity": "ident", "processors": "procs",
-         "rank_agreement": "ranks"}
+         "rank_agreement": "ranks",
+         "large_vocab": "largeV", "far_tail": "ftail", "hostile": "hostil"}
 CELL = 6                                                   # width of a matrix column
 SYMBOLS = {verdict: symbol for symbol, verdict in ZOO_SYMBOLS.items()}   # a Matrix verdict -> its cell
 README_COMMAND = "$ specverify zoo"

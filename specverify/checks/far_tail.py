@@ -1,0 +1,57 @@
+"""The far tail at V = 262,144: are tokens of probability ~1e-8 drawn at their rate?
+
+The problem (`large_problems.far_tail`): requests with no drafts, their target row 8 head ids sharing
+1 - m and 262,136 tail ids of 1.2e-8 each (m = 3.15e-3), so every emitted token is a draw from that
+row (the bonus draw, which the recovered token shares in an engine that uses one sampler). The
+tail-hit count of FAR_TAIL_SAMPLES = 6400 steps is Binomial(n, m) under any exact sampler: the row
+`<rule>.far_tail[far-tail,V=262144]` is the exact two-sided binomial test (`stats.binomial_test`) of
+it, and `<rule>.far_tail_ids[...]` the exact row (every id in [0, V)). It runs under the first stochastic
+rule the engine claims (chain, else block): the draw it tests is the bonus draw both share, and one pass
+moves 13 GB of rows (~10 s for the reference).
+
+Power: n m = 20.1 expected hits; a tail never drawn (0 hits) has p-value ~4e-9, rejected at any
+Bonferroni level above it (the audit's ~200 rows at alpha 1e-3 give ~5e-6). The mechanisms it is
+built for: float32 Exp(1) race noise bottoms out at -log(1 - 2**-24) = 6e-8, so a tail id (1.2e-8)
+beats a head id only when that head id's own noise exceeds ~5: 1.1e-4 tail hits a step instead of
+3.15e-3 (vLLM PRs #43150, #45996); a float32 cumulative sum stops growing after the head (a tail
+increment is below half an ulp of 0.997), so the tail is never drawn. The row's stated
+`min_detectable_tv` is the smallest |rate - m| it detects with power 0.99 at its level.
+"""
+
+from __future__ import annotations
+
+
+from specverify import stats
+from specverify.reference import rules
+
+from . import large_problems as lp
+from .base import FAIL, PASS, CheckResult, Timer
+from .large_vocab import STOCHASTIC, ids_row, sample
+
+
+def run(engine, ctx) -> list[CheckResult]:
+    caps = set(getattr(engine, "capabilities", ()))
+    problem = lp.far_tail()
+    m = lp.tail_mass(problem)
+    rows = []
+    # one rule: the tail is drawn by the bonus draw, which the rules share; 13 GB of rows a pass
+    for rule in [r for r in rules.claimed(caps) if r.name in STOCHASTIC][:1]:
+        n = lp.FAR_TAIL_SAMPLES
+        with Timer() as t:
+            out = sample(engine, rule.method, problem, n, ctx.rng("far_tail", rule.name), ctx)
+        ids = ids_row(f"{rule.name}.far_tail_ids[{problem.name}]", out, problem.laws, problem.vocab_size, t.seconds)
+        rows.append(ids)
+        if ids.verdict == FAIL:
+            continue
+        hits = int((out[:, 0] >= lp.HEAD_TOKENS).sum())
+        res = stats.binomial_test(hits, n, m, alpha=ctx.alpha, power=ctx.power)
+        never = stats.binomial_test(0, n, m).p_value
+        rows.append(CheckResult(
+            f"{rule.name}.far_tail[{problem.name}]", PASS, statistic=res.statistic, p_value=res.p_value, dof=1, n=n,
+            seconds=t.seconds,
+            detail=f"{hits} of {n} tokens in the tail of {problem.vocab_size - lp.HEAD_TOKENS} ids of "
+                   f"{lp.TAIL_PROB:g} each; expected {n * m:.1f} (rate {m:.3g}); a tail never drawn has p = {never:.1g}",
+            data={"tail_hits": hits, "tail_mass": m, "expected_hits": n * m, "p_value_if_never_drawn": never},
+            power_fn=lambda level, n=n, k=hits: stats.binomial_test(k, n, m, alpha=level, power=ctx.power).min_detectable_diff))
+    ctx.__dict__.pop("_large_vocab_rows", None)         # the row buffer is not kept past the check
+    return rows
