@@ -35,6 +35,10 @@ EXTERNAL = ("transformers", "llama.cpp")
 """Paths that are not our engine: n-gram speculation only, no per-step metrics."""
 ENGINE_PATHS = {"quantized": ("invariant", "quantized"), "fp32": ("invariant", "fp32"), "default": ("default", "fp32")}
 """Our engine's paths: (backend, weights)."""
+LLAMA_CPP_INSTALL = ('CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF '
+                     '-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF" pip install llama-cpp-python==0.3.36')
+"""How llama-cpp-python was built here: a native build on this VM (its CPU reports AVX-512 and AMX)
+died with SIGILL (exit 132) at the first decode; the AVX2 build runs. ~22 min to compile on one core."""
 REFERENCE_PATH = "fp32"
 """The path `vs_fp32` divides by (when it is among --paths)."""
 
@@ -171,8 +175,7 @@ def _load(path: str, draft_needed: bool, threads: int = 1, ngram_max: int = 4):
         try:
             import llama_cpp  # noqa: F401
         except ImportError:
-            raise InputError("the llama.cpp path needs llama-cpp-python (it compiles llama.cpp): "
-                             "pip install llama-cpp-python==0.3.36") from None
+            raise InputError(f"the llama.cpp path needs llama-cpp-python (it compiles llama.cpp): {LLAMA_CPP_INSTALL}") from None
         from specverify.engine.loader import read_gguf, smollm2_path
         f = read_gguf(smollm2_path(), quantized=True)
         n_bytes = sum(t.nbytes for t in f.tensors.values() if hasattr(t, "blocks"))
