@@ -109,3 +109,12 @@ def test_penalty_then_bias_order_matches_the_reference_and_the_sequence_bias_fla
     assert row.verdict == "pass", row.detail
     row = pc.law_row(_FlagBias(lookup=True), ctx, "combined-hf", COMBINED, transform, 1500)
     assert row.verdict == "fail" and "exact probability 0" in row.detail
+
+
+def test_a_banned_stop_token_is_never_emitted(engine):
+    """bad_words_ids alone would drop the ban (transformers filters EOS ids out of it); with a +3 bias the
+    stop token would then end most runs at once."""
+    target = ToyModel(5, 13)
+    tokens, _ = engine.generate(target, target.draft(14, noise=1.0), (1, 2), 2, Transform(), 0, 40, 4,
+                                processors=Processors(stop_tokens=(0,), banned_tokens=(0,), logit_bias=((0, 3.0),)))
+    assert not (tokens == 0).any() and (tokens >= 0).all()

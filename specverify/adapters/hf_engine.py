@@ -190,7 +190,8 @@ def generate_kwargs(settings, prompt_len: int, length: int) -> dict:
         kw["logits_processor"] = LogitsProcessorList([SequenceBiasLogitsProcessor({(t,): b for t, b in s.logit_bias})])
     singles = list(s.banned_tokens) + [q[0] for q in s.banned_sequences if len(q) == 1]
     suppress = sorted({t for t in singles if t in s.stop_tokens})
-    bad = [[t] for t in dict.fromkeys(singles) if t not in suppress] + [list(q) for q in s.banned_sequences if len(q) > 1]
+    bad = ([[t] for t in dict.fromkeys(singles) if t not in suppress]
+           + [list(q) for q in s.banned_sequences if len(q) > 1])
     if bad:
         kw["bad_words_ids"] = bad
     if suppress:
