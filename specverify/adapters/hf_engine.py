@@ -21,12 +21,45 @@ conditioned on a prefix that did not happen and the joint law shows it.
 drafts from the sequence itself; the battery's draft model is not used): transformers then samples
 from p at every position and keeps drafts while they equal the samples -- its law is checked the same
 way (no draft/accept counts: `_speculative_sampling` is not called).
+
+Logits processors (`processors`, `reference.processors`), each mapped to transformers' own generate
+argument; transformers applies them to every target row with `candidate_input_ids[:, :cur_len + i]`
+(prompt + output + drafts 0..i-1) and to the assistant's rows in its own generate (utils.py
+`_assisted_decoding`, `_get_logits_processor`):
+
+    repetition_penalty  repetition_penalty=r: RepetitionPenaltyLogitsProcessor over input_ids
+                        (prompt + output), each token once, score < 0 -> * r, else / r: the HF/CTRL
+                        form of the reference, stage 1 (its default list puts it first among ours)
+    logit_bias          logits_processor=[SequenceBiasLogitsProcessor({(t,): b})]: one-token sequence
+                        biases. Not the `sequence_bias=` flag: that one is put *before* the repetition
+                        penalty (stage 3 must come after stage 1); a custom processor is appended after
+                        the default ones and before the warpers (`_merge_criteria_processor_list`),
+                        and a bias commutes with the -inf masks of stages 4-6
+    banned_tokens       bad_words_ids=[[t], ...] (NoBadWordsLogitsProcessor, -inf everywhere), except a
+    banned_sequences    banned token that is also a stop token: NoBadWordsLogitsProcessor drops those
+                        from its list, so they go by suppress_tokens= (SuppressTokensLogitsProcessor);
+                        sequences: bad_words_ids=[[s_1, ..., s_k]], matched on the end of prompt + output
+    min_tokens          min_new_tokens=n (MinNewTokensLengthLogitsProcessor: the stop ids -inf while
+                        fewer than n new tokens); without stop tokens it masks nothing, as in the reference
+    grammar             prefix_allowed_tokens_fn: the DFA state of input_ids after the prompt (the
+                        reference's "state after out"). transformers differs only where no allowed
+                        token has a finite logit (it then allows them at score 0; the reference raises):
+                        the battery's processor models have no zero entries, so this never arises
+    stop_tokens         eos_token_id=[...]: the run ends at the first one (accepted drafts after it are
+                        cut, `_assisted_decoding`); the row is PAD (-1) after it
+    min_p               min_p=m (MinPLogitsWarper after temperature / top-k / top-p, on their softmax:
+                        the reference's stage 8); a warper, so greedy runs ignore it (one-hot: the same)
+
+Not declared: frequency_penalty and presence_penalty (transformers has no OpenAI-form penalties over
+output tokens). transformers' `no_repeat_ngram_size` has no reference equivalent (it bans n-grams
+already in the sequence, not fixed sequences) and is not used.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from specverify.reference.batch import PAD
 from specverify.reference.torch_toy import as_torch
 
 from . import installed
@@ -83,6 +116,9 @@ class TransformersAssisted:
     name = "transformers-assisted"
     capabilities = {"engine"}
     models = "toy"
+    # the reference's processors transformers implements exactly (module docstring: how each is mapped)
+    processors = {"repetition_penalty", "logit_bias", "banned_tokens", "banned_sequences", "min_tokens", "grammar",
+                  "stop_tokens", "min_p"}
 
     def __init__(self, lookup: bool = False):
         self.lookup = lookup
@@ -101,7 +137,7 @@ class TransformersAssisted:
             self._models[key] = (toy, toy_lm(toy))
         return self._models[key][1]
 
-    def generate(self, target, draft, prompt, kappa, transform, seed, n, length):
+    def generate(self, target, draft, prompt, kappa, transform, seed, n, length, processors=None):
         torch = self.torch
         utils = self.utils
         t_lm = self._lm(target)
@@ -114,6 +150,7 @@ class TransformersAssisted:
         greedy = transform.temperature == 0
         sample_args = {} if greedy else dict(temperature=transform.temperature, top_k=transform.top_k or None,
                                              top_p=transform.top_p if transform.top_p not in (None, 1.0) else None)
+        proc_args = generate_kwargs(processors, len(prompt), length)
         real, counts = utils._speculative_sampling, [0, 0]
 
         def observed(cand_ids, cand_logits, cand_len, new_logits, *a, **k):
@@ -128,14 +165,54 @@ class TransformersAssisted:
         try:
             for i in range(n):
                 torch.manual_seed(int(seed) + i)
-                res = t_lm.generate(ids, do_sample=not greedy, max_new_tokens=length, min_new_tokens=length,
-                                    attention_mask=torch.ones_like(ids), **spec, **sample_args)
-                out[i] = res[0, len(prompt):].numpy()
+                res = t_lm.generate(ids, do_sample=not greedy, max_new_tokens=length,
+                                    attention_mask=torch.ones_like(ids), **spec, **sample_args, **proc_args)
+                row = res[0, len(prompt):].numpy()
+                out[i] = PAD                  # a run that stopped early: PAD after its last token
+                out[i, :len(row)] = row       # (tokens after a stop token, if any, are kept: the checks see them)
         finally:
             utils._speculative_sampling = real
         # prompt lookup never calls _speculative_sampling (it samples from p and compares): no counts
         info = {} if greedy or self.lookup else {"num_drafted": counts[0], "num_accepted": counts[1]}
         return out, info
+
+
+def generate_kwargs(settings, prompt_len: int, length: int) -> dict:
+    """transformers generate kwargs for the processors in `settings` (reference.processors.Processors),
+    as the module docstring maps them; with none, min_new_tokens=length (no stop id: runs of `length`)."""
+    if settings is None:
+        return {"min_new_tokens": length}
+    from transformers import LogitsProcessorList, SequenceBiasLogitsProcessor
+    s, kw = settings, {}
+    if s.repetition_penalty != 1.0:
+        kw["repetition_penalty"] = s.repetition_penalty
+    if s.logit_bias:
+        kw["logits_processor"] = LogitsProcessorList([SequenceBiasLogitsProcessor({(t,): b for t, b in s.logit_bias})])
+    singles = list(s.banned_tokens) + [q[0] for q in s.banned_sequences if len(q) == 1]
+    suppress = sorted({t for t in singles if t in s.stop_tokens})
+    bad = ([[t] for t in dict.fromkeys(singles) if t not in suppress]
+           + [list(q) for q in s.banned_sequences if len(q) > 1])
+    if bad:
+        kw["bad_words_ids"] = bad
+    if suppress:
+        kw["suppress_tokens"] = suppress
+    if s.stop_tokens:
+        kw["eos_token_id"] = list(s.stop_tokens)
+        if s.min_tokens:
+            kw["min_new_tokens"] = s.min_tokens
+    else:
+        kw["min_new_tokens"] = length
+    if s.min_p:
+        kw["min_p"] = s.min_p
+    if s.grammar is not None:
+        grammar = s.grammar
+
+        def allowed(batch_id, input_ids):
+            """The tokens the DFA state of the output so far (input_ids after the prompt) allows."""
+            state = grammar.state(input_ids[prompt_len:].tolist())
+            return np.flatnonzero(grammar.allowed(state)).tolist()
+        kw["prefix_allowed_tokens_fn"] = allowed
+    return kw
 
 
 def make():
