@@ -12,7 +12,10 @@ CLI passes a `Progress` (or nothing, and the library uses `NULL`).
 
 The status line stays on top; each open bar takes the next line below it (tqdm's nesting) and is
 cleared when it ends. Redraws are throttled (at most ~10 per second, except a bar's last step),
-so advancing a bar in a tight loop costs almost nothing. A plain callable `progress(message)` is
+so advancing a bar in a tight loop costs almost nothing. When stderr is not a terminal (CI logs, a
+pipe) and --quiet is not given, there are no bars but a heartbeat: every HEARTBEAT_S seconds one
+line `[ 120.0s] still running: <the last status> (<open bars' counts>)`, from a daemon thread, so a
+long step with no new status still shows the run is alive. A plain callable `progress(message)` is
 all the old interface was; it still works, and `as_progress(x)` turns None, a callable or a
 Progress into something with `.bar`.
 """
@@ -31,6 +34,7 @@ BAR_FORMAT = "{desc} [{bar:%d}] {n_fmt}/{total_fmt} {percentage:3.0f}%% {elapsed
 COUNT_FORMAT = "{desc} {n_fmt} done {elapsed}{postfix}"      # a bar without a total (None or 0)
 BAR_CHARS = "-#"            # tqdm's ascii bar: empty, full
 FALLBACK_SIZE = (100, 20)   # columns, lines when the terminal reports no size (tqdm would draw nothing)
+HEARTBEAT_S = 60.0          # seconds between heartbeat lines when stderr is not a terminal
 
 
 class Bar(tqdm):
@@ -52,14 +56,39 @@ class Bar(tqdm):
 class Progress:
     """Status line and bars on `stream` (default stderr); `enabled` overrides the tty test (tests)."""
 
-    def __init__(self, quiet: bool = False, stream=None, enabled: bool | None = None):
+    def __init__(self, quiet: bool = False, stream=None, enabled: bool | None = None,
+                 heartbeat_s: float | None = None):
         self.stream = stream or sys.stderr
+        tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         if enabled is None:
-            enabled = not quiet and hasattr(self.stream, "isatty") and self.stream.isatty()
+            enabled = not quiet and tty
+            if heartbeat_s is None and not quiet and not tty:
+                heartbeat_s = HEARTBEAT_S
         self.enabled = bool(enabled) and not quiet
         self.start = time.perf_counter()
         self.status: Bar | None = None
         self.bars: list[Bar] = []
+        self._last = "starting"
+        self._counts: dict = {}                 # heartbeat mode: label -> [n, total] of open bars
+        self._beat = None
+        if heartbeat_s and not quiet:
+            self._start_heartbeat(float(heartbeat_s))
+
+    def _start_heartbeat(self, every: float) -> None:
+        import threading
+        stop = threading.Event()
+
+        def beat():
+            while not stop.wait(every):
+                bars = ", ".join(f"{label} {n}/{total}" if total else f"{label} {n}"
+                                 for label, (n, total) in list(self._counts.items()))
+                line = f"[{time.perf_counter() - self.start:6.1f}s] still running: {self._last}"
+                try:
+                    print(line + (f" ({bars})" if bars else ""), file=self.stream, flush=True)
+                except (OSError, ValueError):
+                    return
+        self._beat = stop
+        threading.Thread(target=beat, name="specverify-heartbeat", daemon=True).start()
 
     def _open(self, **kw) -> Bar:
         size = shutil.get_terminal_size(FALLBACK_SIZE)
@@ -68,6 +97,7 @@ class Progress:
 
     # -- the old interface: a status message --------------------------------------------------------
     def __call__(self, message: str) -> None:
+        self._last = message
         if not self.enabled:
             return
         line = f"[{time.perf_counter() - self.start:6.1f}s] {message}"
@@ -78,7 +108,9 @@ class Progress:
 
     def bar(self, total: int | None, label: str) -> "Bar | _NullBar":
         if not self.enabled:
-            return _NullBar()
+            if self._beat is None:
+                return _NullBar()
+            return _CountingBar(self._counts, label, total)
         total = None if total is None else max(0, int(total))
         b = self._open(total=total, desc=label, bar_format=BAR_FORMAT if total else COUNT_FORMAT)
         self.bars.append(b)
@@ -91,6 +123,9 @@ class Progress:
                 b.close()
         self.bars.clear()
         self.status = None
+        if self._beat is not None:
+            self._beat.set()
+            self._beat = None
 
 
 class _NullBar:
@@ -151,3 +186,22 @@ def as_progress(progress) -> "Progress | NullProgress":
     if callable(progress):
         return _CallableProgress(progress)
     raise TypeError(f"not a progress reporter: {type(progress).__name__}")
+
+
+class _CountingBar(_NullBar):
+    """A bar in heartbeat mode: draws nothing, keeps its count for the heartbeat line."""
+
+    def __init__(self, counts: dict, label: str, total):
+        self._counts, self._label = counts, label
+        counts[label] = [0, total]
+
+    def advance(self, n: int = 1, note: str | None = None) -> None:
+        entry = self._counts.get(self._label)
+        if entry is not None:
+            entry[0] += n
+
+    def close(self) -> None:
+        self._counts.pop(self._label, None)
+
+    def __exit__(self, *exc):
+        self.close()

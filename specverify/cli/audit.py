@@ -102,7 +102,11 @@ def run(args) -> int:
             write_json(args.json, result.to_dict())
     if args.report:
         from specverify.reports import write_report
-        write_report([result.to_dict()], args.report, progress=Progress(quiet=args.quiet))
+        report_progress = Progress(quiet=args.quiet)
+        try:
+            write_report([result.to_dict()], args.report, progress=report_progress)
+        finally:
+            report_progress.done()
     if not args.quiet and args.json != "-":
         print(table(result))
     return 0 if result.verdict == "pass" else 1
