@@ -125,7 +125,10 @@ def test_an_engine_level_plugin_is_audited_by_the_run_checks(tmp_path):
     engine = resolve(f"{path}:factory")
     result = run_audit(engine, Context(samples=20_000))
     assert result.verdict == "pass"
-    assert {r.check for r in result.checks} == {"runs", "transforms", "identity"}
+    assert {r.check for r in result.checks if r.verdict != "skip"} == {"runs", "transforms", "identity"}
+    # it declares no logits processors: their check runs nothing, says so, and the result lists it
+    assert [r.verdict for r in result.checks if r.check == "processors"] == ["skip"]
+    assert "does not declare processors" in result.to_dict()["not_covered"]["processors"]
     quiet = run_audit(resolve(f"{path}:quiet_factory"), Context(samples=5000), ["runs", "identity"])
     assert [r.verdict for r in quiet.checks if r.check == "identity"] == ["skip"]   # no counters: says why
 
