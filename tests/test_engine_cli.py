@@ -62,6 +62,7 @@ def test_generate_unknown_weights_is_argparse_usage(capsys):
 
 
 @real
+@pytest.mark.slow
 def test_bench_reports_paths_side_by_side_with_bytes_and_bandwidth(capsys, monkeypatch):
     """A tiny bench over the quantized and fp32 paths: both rows, the ratios computed from the rows
     themselves, the quantized path reading about a fifth of the fp32 path's weight bytes per step,

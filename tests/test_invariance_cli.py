@@ -73,6 +73,7 @@ def test_invariant_backend_passes_every_m_up_to_64():
     assert all(c["verdict"] == "pass" and c["data"]["sizes"][-1] == 64 and c["n"] == 4160 for c in res["checks"])
 
 
+@pytest.mark.slow
 def test_triton_backend_passes_interpreted():
     proc = cli("triton", "--sizes", "1..3,16,17,33,64", "--json", "-")
     assert proc.returncode == 0, proc.stderr
