@@ -105,15 +105,16 @@ class InvariantBackend:
     def linear(self, x, weight):
         import torch
         if isinstance(weight, QuantizedWeight):
+            n = weight.n
             panels = weight.packed("cpu", lambda: cpu_linear_q.pack(weight))
-            y = torch.from_numpy(cpu_linear_q.linear(_f32(_rows(x)), panels, weight.n, weight.k, self.parallel))
-            if x.dim() != 2:
-                y = y.reshape(*x.shape[:-1], weight.n)
-            return y if x.dtype == torch.float32 else y.to(x.dtype)
-        packed = weight if isinstance(weight, PackedLinearWeight) else self._lookup(weight)
-        y = torch.from_numpy(cpu_linear.linear(_f32(_rows(x)), packed.panels, packed.n, self.parallel))
+            y = cpu_linear_q.linear(_f32(_rows(x)), panels, n, weight.k, self.parallel)
+        else:
+            packed = weight if isinstance(weight, PackedLinearWeight) else self._lookup(weight)
+            n = packed.n
+            y = cpu_linear.linear(_f32(_rows(x)), packed.panels, n, self.parallel)
+        y = torch.from_numpy(y)
         if x.dim() != 2:
-            y = y.reshape(*x.shape[:-1], packed.n)
+            y = y.reshape(*x.shape[:-1], n)
         return y if x.dtype == torch.float32 else y.to(x.dtype)
 
     # ------------------------------------------------------------------ row ops

@@ -159,18 +159,18 @@ class _LlamaCpp:
         return out, None, stamps[0] - t0, stamps[-1] - stamps[0]
 
 
-def _load(path: str, draft_needed: bool, threads: int = 1, ngram_max: int = 4):
-    """(runner(prompt, spec, kappa) -> (tokens, metrics, prefill_s, decode_s), weight bytes per step)."""
+def _load(path: str, threads: int = 1, ngram_max: int = 4):
+    """(the model, or for llama.cpp its runner, and the weight bytes one decode step reads)."""
     from specverify.errors import InputError
     if path == "transformers":
         try:
             from specverify.findings.smollm2_greedy import load
         except ImportError:
             raise InputError("the transformers path needs transformers: pip install 'specverify[transformers]'") from None
-        hf_tok, model = load()
+        _, model = load()
         n_bytes = 4 * sum(p.numel() for n, p in model.named_parameters() if p.dim() == 2 and "embed" not in n)
         n_bytes += 4 * model.get_output_embeddings().weight.numel()
-        return hf_tok, model, n_bytes
+        return model, n_bytes
     if path == "llama.cpp":
         try:
             import llama_cpp  # noqa: F401
@@ -179,11 +179,11 @@ def _load(path: str, draft_needed: bool, threads: int = 1, ngram_max: int = 4):
         from specverify.engine.loader import read_gguf, smollm2_path
         f = read_gguf(smollm2_path(), quantized=True)
         n_bytes = sum(t.nbytes for t in f.tensors.values() if hasattr(t, "blocks"))
-        return None, _LlamaCpp(smollm2_path(), threads, ngram_max), n_bytes
+        return _LlamaCpp(smollm2_path(), threads, ngram_max), n_bytes
     from specverify.engine.loader import load_smollm2
     backend, weights = ENGINE_PATHS[path]
-    model, tok = load_smollm2(backend, weights)
-    return tok, model, weight_bytes(model, backend)
+    model, _ = load_smollm2(backend, weights)
+    return model, weight_bytes(model, backend)
 
 
 def run(args) -> int:
@@ -206,7 +206,7 @@ def run(args) -> int:
     ngram = (args.ngram_max, args.ngram_min)
     runners, wbytes = {}, {}
     for path in paths:
-        hf_tok, model, wbytes[path] = _load(path, "draft" in specs, args.threads, args.ngram_max)
+        model, wbytes[path] = _load(path, args.threads, args.ngram_max)
         if path == "llama.cpp":
             runners[path] = model
         elif path == "transformers":
