@@ -28,6 +28,10 @@ ENGINES = {
     "sglang": ("specverify.adapters.sglang:chain", "SGLang chain_speculative_sampling_triton (classic) on CPU"),
     "sglang-block": ("specverify.adapters.sglang:block", "SGLang chain_speculative_sampling_triton, block_verification=True"),
     "sglang-tree-greedy": ("specverify.adapters.sglang:tree_greedy", "SGLang verify_tree_greedy_triton on CPU"),
+    "ortgenai": ("specverify.adapters.ortgenai:make", "ONNX Runtime GenAI draft-model speculation (engine level) on tiny Llamas exported by its model builder"),
+    "ortgenai-ngram": ("specverify.adapters.ortgenai:ngram", "ONNX Runtime GenAI n-gram decoding (engine level) on the same tiny Llamas"),
+    "ortgenai-bitwise": ("specverify.adapters.ortgenai:smollm2", "ONNX Runtime GenAI greedy: self-draft and n-gram vs plain, batches, bitwise, on SmolLM2-135M (GGUF -> transformers -> builder)"),
+    "ortgenai-bitwise-tiny": ("specverify.adapters.ortgenai:tiny", "the same on a tiny random Llama exported by the builder (CI)"),
 }
 
 # prefix -> (factory path taking the rest of the name, description)
