@@ -1,14 +1,16 @@
 """ONNX Runtime GenAI (`onnxruntime-genai`, CPU wheel) at engine level (capability "engine") and on the
 bitwise level, on models exported by its own model builder.
 
-What runs. `own_models(vocab, seed)` builds the tiny random Llama pair of `adapters.tiny_llama` (HF
-folders, float32) and exports each with ONNX Runtime GenAI's model builder
+What runs. `own_models(vocab, seed)` builds the tiny random Llama pair of `adapters.tiny_llama` with one
+special token after the vocabulary ("</s>", id V, a zero head row: the export's EOS and, by the builder's
+default, its pad id) and exports each with ONNX Runtime GenAI's model builder
 (`python -m onnxruntime_genai.models.builder -i HF -o OUT -p fp32 -e cpu`, in a subprocess; the export is
 kept in the HF folder, `ortgenai-<version>-fp32-cpu/`). The exact law is the float64 forward of the same
-weights (`tiny_llama.tabulated`); the engine computes in float32 (logits within ~1e-6 of it, far below
-any row's power). `generate` then drives the engine's own Python API, one `og.Generator` per run:
+weights over the V real tokens (`tiny_llama.tabulated`: the special token has probability 0); the engine
+computes in float32 (logits within ~1e-6 of it, far below any row's power). `generate` drives the
+engine's own Python API, one `og.Generator` per run:
 
-    og.Config(target export) + overlay {"model": {"eos_token_id": [...], "draft": <draft decoder block>}}
+    og.Config(target export) [+ overlay {"model": {"draft": <the draft export's decoder block>}}]
     og.GeneratorParams.set_search_options(...) / set_speculative_options(...)
     Generator.append_tokens(prompt ids); generate_next_token() until is_done(); get_sequence(0)
 
@@ -22,48 +24,43 @@ How the battery's inputs map to the engine's API:
                      the last token is looked up in the committed history), `max_draft_tokens = kappa`;
                      the battery's draft model is not used. Its verifier samples the target at every
                      position and keeps the drafts while they equal the samples (`VerifyDeterministicProposal`):
-                     exact in law by construction, so the rows test it as a sampler.
+                     exact in law by construction, so the rows test it as a sampler. It reports no
+                     draft/accept counts (they say nothing about a draft model: the identity rows skip).
     transform        temperature 0 -> do_sample=False (greedy); else do_sample=True, temperature=T,
                      top_k = Transform.top_k (0 = off), top_p = Transform.top_p (1.0 = off). The engine
                      applies them to draft and target rows alike (`ComputeSampledCategorical`).
     seed             run i: search option random_seed = (seed + i) mod 2^31 (the engine's mt19937 seed).
-    length           max_length = len(prompt) + length; the export's EOS is replaced by the stop tokens
-                     of the row (none by default: eos_token_id [], so every run has exactly `length`
-                     tokens and no token is masked).
+    length           max_length = min_length = len(prompt) + length: while the sequence is shorter than
+                     min_length the engine sets the EOS logit to the lowest float on every row, draft and
+                     target (`ApplyMinLengthToLogits`), so EOS has probability exactly 0 and every run has
+                     `length` tokens of the V real ones -- the law's support.
     info             {"num_drafted", "num_accepted"}: the sums over runs of the generator's own
                      `get_speculative_stats()` counters `draft_tokens_proposed` and `draft_tokens_accepted`.
 
-Processors (`processors`, `reference.processors`), each a search option of the engine; it applies them to
-the target's verify rows and the draft's rows with the prefix prompt + output + drafts 0..i-1
-(`LogitsPenaltyProcessor`, sampling_distribution.h):
+Processors (`processors`, `reference.processors`): `repetition_penalty=r` -> the search option of that
+name, HF/CTRL form over the whole sequence (prompt + output), each token once -- the reference's stage 1.
+The engine applies it to the target's verify rows and the draft's rows with the prefix prompt + output +
+drafts 0..i-1 (`LogitsPenaltyProcessor`, sampling_distribution.h).
 
-    repetition_penalty   repetition_penalty=r: HF/CTRL form over the whole sequence (prompt + output),
-                         each token once: the reference's stage 1
-    stop_tokens          model.eos_token_id = the stop ids (a Config overlay: one og.Model per stop set);
-                         the run ends after the first (it is emitted); PAD after it
-    min_tokens           min_length = len(prompt) + n: the engine counts the prompt in min_length; EOS ids
-                         are set to the lowest float while the sequence is shorter
-
-Not declared, so listed as not covered: frequency_penalty, presence_penalty, logit_bias, min_p,
-banned_tokens / banned_sequences (the engine has none of them; its `no_repeat_ngram_size` bans repeats of
-n-grams of the sequence itself, which no reference processor models), and grammar (the engine's guidance
-takes a JSON schema, regex or Lark grammar over decoded text through llguidance; the battery's DFA over
-token ids has no faithful translation here). Batch > 1, beams and the continuous-batching `Engine` do not
-speculate in 0.18.0 (docs/SpeculativeDecoding.md, "Supported scope"): the engine-level rows run batch 1.
-
-The export's pad_token_id: the builder writes pad_token_id 0 when the HF config has none (ours have
-none), and the engine treats tokens equal to it at the *start* of a prompt as left padding even at
-batch 1 (position_inputs.cpp): their attention mask is 0. The battery's prompts here ((1,) and (1, 2))
-never start with 0, so the law rows are unaffected; the effect itself is a finding of its own
-(`findings/repro/ortgenai_leading_pad.py`).
+Not declared, so listed as not covered: stop_tokens and min_tokens (the engine's stop is its EOS: it is
+*not* appended to the sequence when it ends a run, while the reference emits the stop token; and the
+battery's stop and min_tokens rows also need logit_bias), frequency_penalty, presence_penalty,
+logit_bias, min_p, banned_tokens / banned_sequences (the engine has none of them; its
+`no_repeat_ngram_size` bans repeats of the sequence's own n-grams, which no reference processor models),
+and grammar (the engine's guidance takes a JSON schema, regex or Lark grammar over decoded text through
+llguidance; the battery's DFA over token ids has no faithful translation here). Batch > 1, beams and the
+continuous-batching `Engine` do not speculate in 0.18.0 (docs/SpeculativeDecoding.md, "Supported
+scope"): the engine-level rows run batch 1.
 
 The bitwise level (`OrtGenAIGreedy`, module functions `tiny` and `smollm2`): greedy decode with
-`do_sample=False` and no EOS (eos_token_id [], max_length = prompt + n), plain, with the model as its own
-draft ("draft") and with n-gram lookup ("ngram"), one request at a time; plain decode also in padded
-batches (`search.batch_size = N`, prompts left-padded with the export's pad id, as the engine batches).
-Logits: `Generator.get_logits()` before each `generate_next_token()` in plain decode (the row the token is
-the argmax of); with speculation the engine emits several tokens from one verify pass and the row it
-exposes is not the row each token was decided from, so speculative results carry token ids only.
+`do_sample=False`, max_length = min_length = prompt + n (EOS masked: no stop), plain, with the model as
+its own draft ("draft") and with n-gram lookup ("ngram"), one request at a time; plain decode also in
+padded batches (`search.batch_size = N`, prompts padded on the RIGHT with the export's pad id: that is
+how the engine's own `Tokenizer.encode_batch` pads; left padding gives other logits, see
+`findings/repro/ortgenai_leading_pad.py`). Logits: `Generator.get_logits()` before each
+`generate_next_token()` in plain decode (the row the token is the argmax of); with speculation one verify
+pass emits several tokens and the row the generator exposes is not each token's own, so speculative
+results carry token ids only.
 """
 
 from __future__ import annotations
