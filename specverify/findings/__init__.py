@@ -30,6 +30,12 @@ PLANS = {
     "sglang": (["residual_zero", "padded_recovered"], 5_000, ONE_STEP),
     "sglang-block": (["residual_zero_block"], 2_000, ONE_STEP),
     "sglang-tree-greedy": (["tree_greedy"], 2_000, ONE_STEP),
+    # engine level on builder-exported tiny Llamas (~1,200 runs/s): 50,000 runs a run row; the bitwise
+    # level on its own (the tiny model in seconds; SmolLM2-135M in ~25 min on 2 cores)
+    "ortgenai": ([], 50_000, None),
+    "ortgenai-ngram": ([], 50_000, None),
+    "ortgenai-bitwise-tiny": ([], 1_000, ["bitwise"]),
+    "ortgenai-bitwise": ([], 1_000, ["bitwise"]),
 }
 
 # engine -> [(substring of a failing row's name, reproducer in findings/repro)]
@@ -52,6 +58,10 @@ REPRODUCERS = {
                  ("seeded.", "vllm_cpu_expand_float"), ("rng.", "vllm_cpu_expand_float")],
     "transformers-assisted": [("identity", "transformers_identity_draft")],
     "transformers-lookup": [],
+    "ortgenai": [],
+    "ortgenai-ngram": [],
+    "ortgenai-bitwise-tiny": [],
+    "ortgenai-bitwise": [],
 }
 
 # engines whose adapter runs in a worker process of its own in findings too (a crash in compiled code
