@@ -107,7 +107,11 @@ _ORTGENAI = (
     "only gives all-zero logits). The model builder sets pad_token_id = eos_token_id when a model has no pad "
     "token, so a prompt ending in EOS loses it. Left padding a batch (instead of the right padding its "
     "`Tokenizer.encode_batch` does) silently gives other logits (max |diff| 3.2 on the tiny model). The battery's "
-    "prompts never end in the special token, so its rows are unaffected."
+    "prompts never end in the special token, so its rows are unaffected.\n"
+    "- `ortgenai_adaptive_k_seed.py`: with adaptive proposal width (`min_adaptive_k > 0`) sampled speculative runs "
+    "are not reproducible from `random_seed` (42 and 130 of 300 runs of 40 tokens differed between two passes in two "
+    "measurements here; 0 with the fixed width the battery runs): the width follows wall-clock throughput and the "
+    "number of draws a round makes follows the width. A reproducibility finding, not a law one."
 )
 NOTES.update({
     "ortgenai": _ORTGENAI + "\n\nThis report: draft-model speculation (`max_draft_tokens = kappa`, fixed width); "
