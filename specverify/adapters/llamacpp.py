@@ -1,0 +1,265 @@
+"""llama.cpp through llama-cpp-python at engine level (capability "engine", `models = "own"`).
+
+What runs: `llama_cpp.Llama.generate(tokens, ...)` -- llama-cpp-python's speculative loop over
+llama.cpp's own decode and sampler chain -- on the battery's tiny random Llama models
+(`tiny_llama.pair`), each exported to an f32 GGUF with llama.cpp's `gguf` package
+(`llamacpp_gguf.export`). The harness's exact law is the float64 forward of the same weights.
+llama.cpp's KV cache defaults to f16 (logits then differ from the f32 weights' by ~1e-4); the
+adapter sets `type_k = type_v = F32`, and the logits match the float64 forward to ~3e-7 relative,
+far below any row's power.
+
+How llama-cpp-python speculates (llama_cpp/llama.py `Llama.generate`, 0.3.36): a draft model is any
+`LlamaDraftModel` (`input_ids -> draft ids`); the loop evaluates the last token plus the drafts in
+one batch (`logits_all` is forced on), then at each position *samples the target* with its sampler
+chain and keeps going while the sample equals the draft there; at the first mismatch the KV cache
+is cut back. That is sample-match verification: every emitted token is the target's own sample, so
+the output law is exact whatever the drafts are, and acceptance is P(sample = draft) -- sum_x p(x)
+q(x) for a sampled draft, p(draft) for a deterministic one -- not 1 - TV(p, q). The identity row
+measures exactly that (see `specverify/findings/llamacpp.md`).
+
+Methods (`method`):
+    lookup   `LlamaPromptLookupDecoding(max_ngram_size=2, num_pred_tokens=kappa)`, llama-cpp-python's
+             own n-gram drafter (the battery's draft model is not used)
+    draft    `GreedyDraft` below: OUR drafter -- a second `Llama` on the draft GGUF proposing its
+             greedy continuation of kappa tokens. llama-cpp-python ships no draft-model drafter
+             (only the abstract class); only the verification is llama.cpp's.
+
+The battery's inputs:
+    prompt         token ids to `generate` (no BOS is added: the tiny GGUF says add_bos = false)
+    transform      temp=T, top_k=k (0: off), top_p=P; min_p=0 and typical_p=1 (llama-cpp-python's
+                   defaults are min_p 0.05, top_k 40, top_p 0.95: all set explicitly); T = 0 ->
+                   llama.cpp's greedy sampler. llama-cpp-python's chain is top_k -> typical -> top_p
+                   -> min_p -> temperature -> dist: top-p and min-p see the *untempered*
+                   distribution, while the reference tempers first. top-k commutes with temperature;
+                   top-p or min-p with a temperature other than 0 or 1 has no faithful mapping and is
+                   refused (InputError), never run against the wrong law.
+    seed           run i: `Llama.set_seed(seed + i)`; `generate` builds a fresh sampler chain whose
+                   dist sampler is seeded with it, so run i is reproducible from seed + i
+    n, length      n calls of `generate`, each read for `length` tokens
+    info           {"num_drafted", "num_accepted"}: llama-cpp-python does not count them; the
+                   adapter records each draft call's proposals (wrapping the drafter) and counts, per
+                   call, the drafts at positions the run reached and how many leading ones the
+                   emitted tokens equal (sample-match accepts exactly those)
+
+Processors (`processors`): llama.cpp's own sampler stages where they exist, else llama-cpp-python's
+`logits_processor` hook (a custom llama.cpp sampler, first in the chain, that calls Python
+processors with `(input_ids, logits)`):
+    frequency_penalty, presence_penalty   llama.cpp's penalties sampler (`penalty_freq`,
+                   `penalty_present`, last 64 tokens the chain accepted = the output tokens): the
+                   reference's OpenAI form, stage 2
+    logit_bias     a processor adding the biases (what `create_completion(logit_bias=)` does)
+    banned_tokens  a processor setting them to -inf
+    banned_sequences  a processor reading the end of `input_ids`: the prefix llama-cpp-python
+                   passes. (It passes `self._input_ids`, every evaluated token -- under speculation
+                   that includes the drafts after the row being sampled.)
+    min_tokens     llama-cpp-python's own `MinTokensLogitsProcessor(min_tokens, eos)` (what
+                   create_completion uses), with the row's single stop token as eos; it counts
+                   `len(input_ids)` minus the prompt
+    stop_tokens    the run ends at the first stop token, as create_completion's loop ends at EOS
+                   (it stops reading the generator); PAD after it
+    min_p          llama.cpp's min-p sampler (at temperature 0 or 1 only, see transform)
+Not declared: repetition_penalty (llama.cpp penalises only tokens its sampler chain accepted --
+the output, not the prompt -- while the reference's HF/CTRL form covers prompt + output) and
+grammar (llama.cpp's grammars are GBNF over token text; not mapped from the reference's DFA yet).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specverify.errors import InputError
+from specverify.reference.batch import PAD
+
+from . import installed, llamacpp_gguf
+
+METHODS = ("lookup", "draft")
+N_CTX = 128                  # the tiny models' max positions; runs use under 16
+F32 = 0                      # GGML_TYPE_F32, for type_k / type_v (the default KV cache is f16)
+NGRAM = 2                    # LlamaPromptLookupDecoding's default max_ngram_size
+
+
+class GreedyDraft:
+    """OUR draft-model drafter for llama-cpp-python (it has none): a second `Llama` on the draft GGUF
+    that proposes its greedy continuation of `kappa` tokens after the input ids. Subclasses
+    `llama_cpp.llama_speculative.LlamaDraftModel` at construction (the engine is imported lazily).
+    Only the verification of these drafts is llama.cpp's."""
+
+    def __init__(self, llm, kappa: int):
+        self.llm, self.kappa = llm, int(kappa)
+
+    def __call__(self, input_ids, /, **kwargs):
+        out = []
+        for tok in self.llm.generate(list(int(t) for t in input_ids), temp=0.0, top_k=0, top_p=1.0, min_p=0.0,
+                                     typical_p=1.0, repeat_penalty=1.0):
+            out.append(int(tok))
+            if len(out) == self.kappa:
+                break
+        return np.asarray(out, np.intc)
+
+
+class Recorder:
+    """Wraps a drafter: keeps (start position, drafts) of every call, for the draft / accept counts."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, []
+
+    def __call__(self, input_ids, /, **kwargs):
+        drafts = np.asarray(self.inner(input_ids), np.intc)
+        self.calls.append((len(input_ids), drafts.tolist()))
+        return drafts
+
+
+def counts(calls, sequence, stop: int) -> tuple[int, int]:
+    """(drafted, accepted) over draft calls: a call's drafts at positions < `stop` (where the run
+    went on sampling) and how many leading ones equal the emitted sequence there (sample-match)."""
+    drafted = accepted = 0
+    for start, drafts in calls:
+        live = [d for j, d in enumerate(drafts) if start + j < stop]
+        drafted += len(live)
+        for j, d in enumerate(live):
+            if sequence[start + j] != d:
+                break
+            accepted += 1
+    return drafted, accepted
+
+
+def _processors(llama_mod, settings, prompt_len: int):
+    """(generate kwargs, stop tokens) for `settings` (reference.processors.Processors) as the module
+    docstring maps them."""
+    if settings is None:
+        return {}, ()
+    s = settings
+    unsupported = []
+    if s.repetition_penalty != 1.0:
+        unsupported.append("repetition_penalty")
+    if s.grammar is not None:
+        unsupported.append("grammar")
+    if s.min_tokens and len(s.stop_tokens) != 1:
+        unsupported.append("min_tokens with other than one stop token")
+    if unsupported:
+        raise InputError(f"llamacpp: processors {', '.join(unsupported)} are not mapped (not declared)")
+    kw: dict = dict(frequency_penalty=float(s.frequency_penalty), presence_penalty=float(s.presence_penalty),
+                    min_p=float(s.min_p))
+    procs = []
+    bias = {int(t): float(b) for t, b in s.logit_bias}
+    banned = [int(t) for t in s.banned_tokens]
+    seqs = [tuple(int(x) for x in q) for q in s.banned_sequences]
+    if bias:
+        def add_bias(input_ids, scores):
+            for t, b in bias.items():
+                scores[t] += b
+            return scores
+        procs.append(add_bias)
+    if banned or seqs:
+        def ban(input_ids, scores):
+            for t in banned:
+                scores[t] = -np.inf
+            ids = [int(x) for x in input_ids]
+            for q in seqs:
+                head = list(q[:-1])
+                if not head or ids[len(ids) - len(head):] == head:
+                    scores[q[-1]] = -np.inf
+            return scores
+        procs.append(ban)
+    if s.min_tokens:
+        procs.append(llama_mod.MinTokensLogitsProcessor(int(s.min_tokens), int(s.stop_tokens[0])))
+    if procs:
+        kw["logits_processor"] = llama_mod.LogitsProcessorList(procs)
+    return kw, tuple(int(t) for t in s.stop_tokens)
+
+
+class LlamaCpp:
+    """llama-cpp-python's speculative `generate` at engine level; `method` in METHODS."""
+
+    capabilities = {"engine"}
+    models = "own"
+    processors = {"frequency_penalty", "presence_penalty", "logit_bias", "banned_tokens", "banned_sequences",
+                  "min_tokens", "stop_tokens", "min_p"}
+    row_dtype = "float32"
+
+    def __init__(self, method: str = "lookup", threads: int = 1):
+        if method not in METHODS:
+            raise InputError(f"llamacpp: method {method!r} not in {METHODS}")
+        self.method = method
+        self.name = f"llamacpp-{method}"
+        self.threads = int(threads)
+        self.llama = llamacpp_gguf.load("llama_cpp.llama")
+        self.spec = llamacpp_gguf.load("llama_cpp.llama_speculative")
+        self.version = installed.version("llama_cpp_python") or "unknown"
+        self._llms: dict = {}
+        self._pairs: dict = {}
+
+    def own_models(self, vocab: int, seed: int):
+        """(target, draft) TabulatedModels: tiny Llamas from `tiny_llama.pair`, exported to GGUF once."""
+        from . import tiny_llama
+        key = (int(vocab), int(seed))
+        if key not in self._pairs:
+            target, draft = tiny_llama.pair(None, int(vocab), int(seed))
+            for m in (target, draft):
+                llamacpp_gguf.export(m.handle)
+            self._pairs[key] = (target, draft)
+        return self._pairs[key]
+
+    def _llm(self, model, role: str):
+        """One `Llama` per (GGUF, role): the target's (logits of every position, for the verify
+        batches) and a drafter's (its own KV cache, even when it is the target's file)."""
+        path = str(llamacpp_gguf.export(model.handle))
+        key = (path, role)
+        if key not in self._llms:
+            self._llms[key] = self.llama.Llama(path, n_ctx=N_CTX, n_threads=self.threads, n_threads_batch=self.threads,
+                                               logits_all=True, type_k=F32, type_v=F32, seed=0, verbose=False)
+        return self._llms[key]
+
+    def _drafter(self, target, draft, kappa: int):
+        if self.method == "lookup":
+            return self.spec.LlamaPromptLookupDecoding(max_ngram_size=NGRAM, num_pred_tokens=int(kappa))
+        inner = GreedyDraft(self._llm(draft, "draft"), kappa)
+        base = self.spec.LlamaDraftModel
+        return type("GreedyDraftModel", (GreedyDraft, base), {})(inner.llm, kappa)
+
+    def sampling(self, transform) -> dict:
+        """generate kwargs for a Transform (module docstring); InputError where none is faithful."""
+        t = transform
+        if t.temperature not in (0.0, 1.0) and t.top_p < 1.0:
+            raise InputError(f"llamacpp: top_p {t.top_p} at temperature {t.temperature}: llama.cpp applies top-p "
+                             f"before temperature, the reference after (no faithful mapping)")
+        return dict(temp=float(t.temperature), top_k=int(t.top_k), top_p=float(t.top_p), min_p=0.0, typical_p=1.0,
+                    repeat_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0)
+
+    def generate(self, target, draft, prompt, kappa, transform, seed, n, length, processors=None):
+        kw = self.sampling(transform)
+        proc_kw, stops = _processors(self.llama, processors, len(prompt))
+        if proc_kw.get("min_p") and transform.temperature not in (0.0, 1.0):
+            raise InputError(f"llamacpp: min_p at temperature {transform.temperature}: llama.cpp applies min-p "
+                             f"before temperature, the reference after (no faithful mapping)")
+        llm = self._llm(target, "target")
+        recorder = Recorder(self._drafter(target, draft, kappa))
+        llm.draft_model = recorder
+        prompt = [int(t) for t in prompt]
+        out = np.full((int(n), int(length)), PAD, np.int64)
+        drafted = accepted = 0
+        try:
+            for i in range(int(n)):
+                llm.set_seed(int(seed) + i)
+                if processors is not None:         # MinTokensLogitsProcessor keeps state: a fresh one per run
+                    proc_kw, _ = _processors(self.llama, processors, len(prompt))
+                recorder.calls = []
+                row = []
+                for tok in llm.generate(prompt, **{**kw, **proc_kw}):
+                    row.append(int(tok))
+                    if len(row) == int(length) or int(tok) in stops:
+                        break
+                out[i, :len(row)] = row
+                d, a = counts(recorder.calls, prompt + row, len(prompt) + len(row))
+                drafted, accepted = drafted + d, accepted + a
+        finally:
+            llm.draft_model = None
+        return out, {"num_drafted": drafted, "num_accepted": accepted}
+
+
+def lookup():
+    return LlamaCpp("lookup")
+
+
+def draft():
+    return LlamaCpp("draft")
