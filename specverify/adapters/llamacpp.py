@@ -58,9 +58,13 @@ processors with `(input_ids, logits)`):
     stop_tokens    the run ends at the first stop token, as create_completion's loop ends at EOS
                    (it stops reading the generator); PAD after it
     min_p          llama.cpp's min-p sampler (at temperature 0 or 1 only, see transform)
-Not declared: repetition_penalty (llama.cpp penalises only tokens its sampler chain accepted --
-the output, not the prompt -- while the reference's HF/CTRL form covers prompt + output) and
-grammar (llama.cpp's grammars are GBNF over token text; not mapped from the reference's DFA yet).
+    grammar        `LlamaGrammar.from_string(gbnf(dfa))`: llama.cpp's grammar sampler (after the
+                   processors and penalties, before top-k; it accepts the sampled tokens only, from
+                   the first output on: the reference's "state after out")
+Not declared: repetition_penalty. llama-cpp-python builds a fresh sampler chain in every
+`generate` and feeds it only the sampled tokens, so llama.cpp's repeat penalty covers the output,
+not the prompt (measured: prompt (1, 2), penalty 2, 6000 first tokens match the law without the
+prompt's penalty), while the reference's HF/CTRL form covers prompt + output.
 """
 
 from __future__ import annotations
@@ -123,7 +127,7 @@ def counts(calls, sequence, stop: int) -> tuple[int, int]:
     return drafted, accepted
 
 
-def _processors(llama_mod, settings, prompt_len: int):
+def _processors(llama_mod, grammar_mod, settings, prompt_len: int):
     """(generate kwargs, stop tokens) for `settings` (reference.processors.Processors) as the module
     docstring maps them."""
     if settings is None:
@@ -132,8 +136,6 @@ def _processors(llama_mod, settings, prompt_len: int):
     unsupported = []
     if s.repetition_penalty != 1.0:
         unsupported.append("repetition_penalty")
-    if s.grammar is not None:
-        unsupported.append("grammar")
     if s.min_tokens and len(s.stop_tokens) != 1:
         unsupported.append("min_tokens with other than one stop token")
     if unsupported:
@@ -165,7 +167,21 @@ def _processors(llama_mod, settings, prompt_len: int):
         procs.append(llama_mod.MinTokensLogitsProcessor(int(s.min_tokens), int(s.stop_tokens[0])))
     if procs:
         kw["logits_processor"] = llama_mod.LogitsProcessorList(procs)
+    if s.grammar is not None:
+        kw["grammar"] = grammar_mod.LlamaGrammar.from_string(gbnf(s.grammar), verbose=False)
     return kw, tuple(int(t) for t in s.stop_tokens)
+
+
+def gbnf(grammar) -> str:
+    """The reference's DFA (`reference.processors.Grammar`) as a GBNF grammar over the tiny model's token
+    strings: one rule per state, an alternative per allowed token ("t<id>" then the next state's rule).
+    Every token string is "t" + digits and no two ids share a string, so a token's text matches exactly
+    one literal and llama.cpp's grammar sampler allows exactly the DFA's tokens."""
+    lines = ["root ::= s0"]
+    for state, row in enumerate(grammar.table):
+        alts = [f'"t{tok}" s{nxt}' for tok, nxt in enumerate(row) if nxt >= 0]
+        lines.append(f"s{state} ::= " + " | ".join(alts))
+    return "\n".join(lines) + "\n"
 
 
 class LlamaCpp:
@@ -174,7 +190,7 @@ class LlamaCpp:
     capabilities = {"engine"}
     models = "own"
     processors = {"frequency_penalty", "presence_penalty", "logit_bias", "banned_tokens", "banned_sequences",
-                  "min_tokens", "stop_tokens", "min_p"}
+                  "min_tokens", "stop_tokens", "min_p", "grammar"}
     row_dtype = "float32"
 
     def __init__(self, method: str = "lookup", threads: int = 1):
@@ -185,6 +201,7 @@ class LlamaCpp:
         self.threads = int(threads)
         self.llama = llamacpp_gguf.load("llama_cpp.llama")
         self.spec = llamacpp_gguf.load("llama_cpp.llama_speculative")
+        self.grammar = llamacpp_gguf.load("llama_cpp.llama_grammar")
         self.version = installed.version("llama_cpp_python") or "unknown"
         self._llms: dict = {}
         self._pairs: dict = {}
@@ -228,7 +245,7 @@ class LlamaCpp:
 
     def generate(self, target, draft, prompt, kappa, transform, seed, n, length, processors=None):
         kw = self.sampling(transform)
-        proc_kw, stops = _processors(self.llama, processors, len(prompt))
+        proc_kw, stops = _processors(self.llama, self.grammar, processors, len(prompt))
         if proc_kw.get("min_p") and transform.temperature not in (0.0, 1.0):
             raise InputError(f"llamacpp: min_p at temperature {transform.temperature}: llama.cpp applies min-p "
                              f"before temperature, the reference after (no faithful mapping)")
@@ -242,7 +259,7 @@ class LlamaCpp:
             for i in range(int(n)):
                 llm.set_seed(int(seed) + i)
                 if processors is not None:         # MinTokensLogitsProcessor keeps state: a fresh one per run
-                    proc_kw, _ = _processors(self.llama, processors, len(prompt))
+                    proc_kw, _ = _processors(self.llama, self.grammar, processors, len(prompt))
                 recorder.calls = []
                 row = []
                 for tok in llm.generate(prompt, **{**kw, **proc_kw}):
