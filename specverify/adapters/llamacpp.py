@@ -20,9 +20,11 @@ measures exactly that (see `specverify/findings/llamacpp.md`).
 Methods (`method`):
     lookup   `LlamaPromptLookupDecoding(max_ngram_size=2, num_pred_tokens=kappa)`, llama-cpp-python's
              own n-gram drafter (the battery's draft model is not used)
-    draft    `GreedyDraft` below: OUR drafter -- a second `Llama` on the draft GGUF proposing its
-             greedy continuation of kappa tokens. llama-cpp-python ships no draft-model drafter
-             (only the abstract class); only the verification is llama.cpp's.
+    draft    `ModelDraft` below: OUR drafter -- a second `Llama` on the draft GGUF sampling kappa
+             tokens with the run's transform (greedy at temperature 0). llama-cpp-python ships no
+             draft-model drafter (only the abstract class); only the verification is llama.cpp's.
+             With the target as its own draft, q = p: the chain rule would accept every draft;
+             sample-match accepts with probability sum_x p(x)^2 per position.
 
 The battery's inputs:
     prompt         token ids to `generate` (no BOS is added: the tiny GGUF says add_bos = false)
@@ -80,21 +82,32 @@ METHODS = ("lookup", "draft")
 N_CTX = 128                  # the tiny models' max positions; runs use under 16
 F32 = 0                      # GGML_TYPE_F32, for type_k / type_v (the default KV cache is f16)
 NGRAM = 2                    # LlamaPromptLookupDecoding's default max_ngram_size
+DRAFT_SEED_STRIDE = 1_000_003
+GREEDY = dict(temp=0.0, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0, repeat_penalty=1.0, frequency_penalty=0.0,
+              presence_penalty=0.0)
 
 
-class GreedyDraft:
-    """OUR draft-model drafter for llama-cpp-python (it has none): a second `Llama` on the draft GGUF
-    that proposes its greedy continuation of `kappa` tokens after the input ids. Subclasses
-    `llama_cpp.llama_speculative.LlamaDraftModel` at construction (the engine is imported lazily).
-    Only the verification of these drafts is llama.cpp's."""
+class ModelDraft:
+    """OUR draft-model drafter for llama-cpp-python (it ships only the abstract `LlamaDraftModel`): a
+    second `Llama` on the draft GGUF that proposes `kappa` tokens after the input ids, sampled with
+    the run's sampling settings (the same transform as the target: q = the draft's transformed law;
+    temperature 0: its greedy continuation). Call c of the run seeded s draws with seed
+    (s * DRAFT_SEED_STRIDE + c) mod 2^32, so a run is reproducible from its seed. Only the
+    verification of these drafts is llama.cpp's."""
 
-    def __init__(self, llm, kappa: int):
+    def __init__(self, llm, kappa: int, sampling: dict | None = None):
         self.llm, self.kappa = llm, int(kappa)
+        self.sampling = dict(GREEDY if sampling is None else sampling)
+        self.seed, self.calls = 0, 0
+
+    def reseed(self, seed: int) -> None:
+        self.seed, self.calls = int(seed), 0
 
     def __call__(self, input_ids, /, **kwargs):
+        self.llm.set_seed((self.seed * DRAFT_SEED_STRIDE + self.calls) % 2**32)
+        self.calls += 1
         out = []
-        for tok in self.llm.generate(list(int(t) for t in input_ids), temp=0.0, top_k=0, top_p=1.0, min_p=0.0,
-                                     typical_p=1.0, repeat_penalty=1.0):
+        for tok in self.llm.generate([int(t) for t in input_ids], **self.sampling):
             out.append(int(tok))
             if len(out) == self.kappa:
                 break
@@ -205,6 +218,7 @@ class LlamaCpp:
         self.version = installed.version("llama_cpp_python") or "unknown"
         self._llms: dict = {}
         self._pairs: dict = {}
+        self.trace = None            # a list: each run appends (prompt + output, its draft calls)
 
     def own_models(self, vocab: int, seed: int):
         """(target, draft) TabulatedModels: tiny Llamas from `tiny_llama.pair`, exported to GGUF once."""
@@ -227,12 +241,11 @@ class LlamaCpp:
                                                logits_all=True, type_k=F32, type_v=F32, seed=0, verbose=False)
         return self._llms[key]
 
-    def _drafter(self, target, draft, kappa: int):
+    def _drafter(self, draft, kappa: int, sampling: dict):
         if self.method == "lookup":
             return self.spec.LlamaPromptLookupDecoding(max_ngram_size=NGRAM, num_pred_tokens=int(kappa))
-        inner = GreedyDraft(self._llm(draft, "draft"), kappa)
-        base = self.spec.LlamaDraftModel
-        return type("GreedyDraftModel", (GreedyDraft, base), {})(inner.llm, kappa)
+        cls = type("ModelDraftModel", (ModelDraft, self.spec.LlamaDraftModel), {})
+        return cls(self._llm(draft, "draft"), kappa, sampling)
 
     def sampling(self, transform) -> dict:
         """generate kwargs for a Transform (module docstring); InputError where none is faithful."""
@@ -250,7 +263,8 @@ class LlamaCpp:
             raise InputError(f"llamacpp: min_p at temperature {transform.temperature}: llama.cpp applies min-p "
                              f"before temperature, the reference after (no faithful mapping)")
         llm = self._llm(target, "target")
-        recorder = Recorder(self._drafter(target, draft, kappa))
+        drafter = self._drafter(draft, kappa, kw)
+        recorder = Recorder(drafter)
         llm.draft_model = recorder
         prompt = [int(t) for t in prompt]
         out = np.full((int(n), int(length)), PAD, np.int64)
@@ -258,6 +272,8 @@ class LlamaCpp:
         try:
             for i in range(int(n)):
                 llm.set_seed(int(seed) + i)
+                if isinstance(drafter, ModelDraft):
+                    drafter.reseed(int(seed) + i)
                 if processors is not None:         # MinTokensLogitsProcessor keeps state: a fresh one per run
                     proc_kw, _ = _processors(self.llama, self.grammar, processors, len(prompt))
                 recorder.calls = []
@@ -268,6 +284,8 @@ class LlamaCpp:
                         break
                 out[i, :len(row)] = row
                 d, a = counts(recorder.calls, prompt + row, len(prompt) + len(row))
+                if self.trace is not None:
+                    self.trace.append((prompt + row, list(recorder.calls)))
                 drafted, accepted = drafted + d, accepted + a
         finally:
             llm.draft_model = None

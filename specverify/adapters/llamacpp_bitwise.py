@@ -5,7 +5,7 @@
                    greedy sampler (first index among equal maxima), one token a decode
     prompt_lookup  a second `Llama` (draft_model=LlamaPromptLookupDecoding(num_pred_tokens=kappa):
                    llama-cpp-python forces logits_all on), the drafts verified in one batch decode
-    draft          the same with `llamacpp.GreedyDraft` on a third `Llama` of the same file (the model as
+    draft          the same with `llamacpp.ModelDraft` (greedy) on a third `Llama` of the same file (the model as
                    its own draft: our drafter; every greedy draft should be accepted)
 
 Every call sets temp 0 and neutral penalties, n_threads = 1, and reads exactly `max_new_tokens`
@@ -30,14 +30,12 @@ from specverify.errors import InputError
 
 from . import installed, llamacpp_gguf
 from .bitwise_level import NO_SPEC, BitwiseInfo, GreedyResult
-from .llamacpp import F32, GreedyDraft
+from .llamacpp import F32, GREEDY, ModelDraft
 
 LOOKUP, DRAFT = "prompt_lookup", "draft"
 PROPOSERS = (LOOKUP, DRAFT)
 N_CTX = 1024
 TINY_VOCAB = 256
-GREEDY = dict(temp=0.0, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0, repeat_penalty=1.0, frequency_penalty=0.0,
-              presence_penalty=0.0)
 
 
 class Capture:
@@ -85,7 +83,7 @@ class LlamaCppGreedy:
             if spec.proposer == LOOKUP:
                 llm.draft_model = self.spec.LlamaPromptLookupDecoding(num_pred_tokens=int(spec.kappa))
             else:
-                llm.draft_model = GreedyDraft(self._llm("draft"), int(spec.kappa))
+                llm.draft_model = ModelDraft(self._llm("draft"), int(spec.kappa))
         cap = Capture()
         ids = []
         llm.reset()

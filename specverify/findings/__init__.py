@@ -30,6 +30,11 @@ PLANS = {
     "sglang": (["residual_zero", "padded_recovered"], 5_000, ONE_STEP),
     "sglang-block": (["residual_zero_block"], 2_000, ONE_STEP),
     "sglang-tree-greedy": (["tree_greedy"], 2_000, ONE_STEP),
+    # llama-cpp-python: engine level on tiny GGUF Llamas (runs, transforms, identity, processors; ~3 ms a run)
+    # and greedy bitwise on SmolLM2-135M's GGUF (the CI sizes: 32 prompts x 64 tokens x kappa 1, 3, 7)
+    "llamacpp-lookup": ([], 20_000, None),
+    "llamacpp-draft": ([], 20_000, None),
+    "llamacpp-bitwise": ([], 1_000, ["bitwise"]),
 }
 
 # engine -> [(substring of a failing row's name, reproducer in findings/repro)]
@@ -52,6 +57,9 @@ REPRODUCERS = {
                  ("seeded.", "vllm_cpu_expand_float"), ("rng.", "vllm_cpu_expand_float")],
     "transformers-assisted": [("identity", "transformers_identity_draft")],
     "transformers-lookup": [],
+    "llamacpp-lookup": [("processors", "llamacpp_processor_drafts"), ("identity", "llamacpp_identity_draft")],
+    "llamacpp-draft": [("processors", "llamacpp_processor_drafts"), ("identity", "llamacpp_identity_draft")],
+    "llamacpp-bitwise": [("greedy.bitwise", "llamacpp_greedy_lookup")],
 }
 
 # engines whose adapter runs in a worker process of its own in findings too (a crash in compiled code
