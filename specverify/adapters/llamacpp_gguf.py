@@ -6,9 +6,12 @@ names. Nothing is quantized (file type ALL_F32), so llama.cpp computes with the 
 float64 forward gives the law.
 
 llama.cpp's own converter (`convert_hf_to_gguf.py`, in the llama.cpp tree that llama-cpp-python's
-sdist vendors) is not used: it accepts only SentencePiece / BPE tokenizers it recognises by a hash of
-their pre-tokenizer output, and the tiny models' WordLevel tokenizer is neither (what it says is in
-`specverify/findings/llamacpp.md`). The battery feeds token ids, so the vocabulary is only what
+sdist vendors) is not used: on a tiny folder it first needs `sentencepiece` (ModuleNotFoundError),
+then, after tokenizer.model and a Llama BPE tokenizer are not found, it hashes the tokenizer's
+output on a test string and stops at "NotImplementedError: BPE pre-tokenizer was not recognized -
+update get_vocab_base_pre()" (with extra_tokens < 3 at "WordLevel error: Missing [UNK] token"):
+it accepts only tokenizers it recognises, and the tiny models' WordLevel tokenizer is not one.
+The battery feeds token ids, so the vocabulary is only what
 llama.cpp needs to load the model: a "llama" (SentencePiece-style) vocabulary of the tiny model's
 token strings "t0".."t{V-1}" with score 0 and type NORMAL. Without BOS / EOS keys llama.cpp assumes
 its SentencePiece defaults (BOS 1, EOS 2): `Llama.generate` never stops at EOS (only the completion
