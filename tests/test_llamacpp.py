@@ -40,9 +40,14 @@ def engine(tmp_path_factory):
     return {m: LlamaCpp(m) for m in ("lookup", "draft")}
 
 
+def _tabulated(engine, vocab, seed):
+    from specverify.adapters import tiny_llama
+    return tuple(tiny_llama.tabulated(f) for f in engine["lookup"].own_models(vocab, seed))
+
+
 @pytest.fixture(scope="module")
 def models(engine):
-    return engine["lookup"].own_models(4, 0)
+    return _tabulated(engine, 4, 0)
 
 
 def test_gguf_logits_match_the_float64_forward(engine, models):
@@ -133,7 +138,7 @@ def test_processors_see_the_drafts_under_speculation(engine):
     row being sampled (findings: reports/llamacpp-lookup-*): a banned sequence (2, 2) is emitted with
     prompt lookup, never in plain decoding of the same processors (draft model detached)."""
     a = engine["lookup"]
-    target, draft = a.own_models(5, 3)
+    target, draft = _tabulated(engine, 5, 3)
     settings = Processors(banned_sequences=((2, 2),))
 
     def violations(tokens):

@@ -34,8 +34,9 @@ t = time.time()
 import llama_cpp
 t_import = time.time() - t
 from specverify.adapters.llamacpp import lookup
+from specverify.adapters import tiny_llama
 adapter = lookup()
-target, draft = adapter.own_models(4, 0)
+target, draft = (tiny_llama.tabulated(f) for f in adapter.own_models(4, 0))
 from specverify.reference.transforms import Transform
 tokens, info = adapter.generate(target, draft, (1,), 2, Transform(), 0, 10, 4)   # a real decode: SIGILL shows here
 print(f"llama-cpp-python {llama_cpp.__version__}: import {t_import:.2f} s; 10 runs on a tiny GGUF decoded, {info}")

@@ -26,7 +26,8 @@ def explain(n: int = 2000, seed: int = 11, vocab: int = 4, model_seed: int = 0, 
 
     t0 = time.time()
     adapter = LlamaCpp("draft")
-    target, _ = adapter.own_models(vocab, model_seed)
+    from specverify.adapters import tiny_llama
+    target = tiny_llama.tabulated(adapter.own_models(vocab, model_seed)[0])
     transform = Transform(temperature=temperature, top_k=top_k)
     adapter.trace = []
     _, info = adapter.generate(target, target, (1,), kappa, transform, seed, n, length)
