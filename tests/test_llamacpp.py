@@ -56,8 +56,9 @@ def test_gguf_logits_match_the_float64_forward(engine, models):
     for prefix in [(1,), (1, 2), (3, 0, 2, 1, 1)]:
         llm.reset()
         llm.eval(list(prefix))
-        got = np.asarray(llm.scores[len(prefix) - 1], np.float64)
-        want = target.logits(prefix)
+        row = np.asarray(llm.scores[len(prefix) - 1], np.float64)
+        got, want = row[:target.vocab_size], target.logits(prefix)
+        assert (row[target.vocab_size:] == 0).all()          # the special tokens' zero head rows
         assert np.abs(got - want).max() <= 1e-5 * max(1.0, np.abs(want).max()), (prefix, got, want)
 
 
@@ -75,7 +76,7 @@ def test_a_wrong_rope_layout_is_caught(engine, models, tmp_path, monkeypatch):
     import llama_cpp
     llm = llama_cpp.Llama(str(path), n_ctx=64, n_threads=1, logits_all=True, type_k=0, type_v=0, verbose=False)
     llm.eval([3, 0, 2, 1, 1])
-    got = np.asarray(llm.scores[4], np.float64)
+    got = np.asarray(llm.scores[4], np.float64)[:target.vocab_size]
     assert np.abs(got - target.logits((3, 0, 2, 1, 1))).max() > 1e-3
 
 
@@ -87,7 +88,8 @@ def test_greedy_runs_follow_the_argmax_path(engine, models, method):
     for _ in range(6):
         path.append(int(np.argmax(target.probs(PROMPT + tuple(path)))))
     assert (tokens == np.array(path)).all(), (tokens[0], path)
-    assert 0 <= info["num_accepted"] <= info["num_drafted"]
+    if method == "draft":
+        assert 0 <= info["num_accepted"] <= info["num_drafted"]
 
 
 def _law_p_value(target, tokens, transform):
@@ -147,7 +149,7 @@ def test_processors_see_the_drafts_under_speculation(engine):
     tokens, _ = a.generate(target, draft, (1, 2), 3, Transform(), 0, 600, 4, processors=settings)
     llm = a._llm(target, "target")
     from specverify.adapters.llamacpp import _processors
-    kw, _ = _processors(a.llama, a.grammar, settings, 2)
+    kw, _ = _processors(a.llama, a.grammar, settings, 2, 5)
     plain = []
     for i in range(600):
         llm.set_seed(i)

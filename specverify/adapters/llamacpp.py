@@ -26,6 +26,13 @@ Methods (`method`):
              With the target as its own draft, q = p: the chain rule would accept every draft;
              sample-match accepts with probability sum_x p(x)^2 per position.
 
+Special tokens: the tiny models are built with `extra_tokens=2` ("</s>" = EOS at id V, "<s>" = BOS
+at V + 1, zero head rows; the law gives them probability 0). Without them llama.cpp's SentencePiece
+vocabulary defaults to BOS 1 and EOS 2 -- ordinary tokens of the law -- and its grammar sampler
+never allows an EOS while the grammar cannot end: token 2 was never emitted under a grammar
+(measured, the first grammar row failed by that). Every generate call (target and drafter) masks
+ids >= V with a logits processor (-inf), as `logit_bias` would.
+
 The battery's inputs:
     prompt         token ids to `generate` (no BOS is added: the tiny GGUF says add_bos = false)
     transform      temp=T, top_k=k (0: off), top_p=P; min_p=0 and typical_p=1 (llama-cpp-python's
@@ -38,10 +45,12 @@ The battery's inputs:
     seed           run i: `Llama.set_seed(seed + i)`; `generate` builds a fresh sampler chain whose
                    dist sampler is seeded with it, so run i is reproducible from seed + i
     n, length      n calls of `generate`, each read for `length` tokens
-    info           {"num_drafted", "num_accepted"}: llama-cpp-python does not count them; the
-                   adapter records each draft call's proposals (wrapping the drafter) and counts, per
-                   call, the drafts at positions the run reached and how many leading ones the
-                   emitted tokens equal (sample-match accepts exactly those)
+    info           {"num_drafted", "num_accepted"} (method draft): llama-cpp-python does not count
+                   them; the adapter records each draft call's proposals (wrapping the drafter) and
+                   counts, per call, the drafts at positions the run reached and how many leading ones
+                   the emitted tokens equal (sample-match accepts exactly those). Prompt lookup reports
+                   them as {"ngram_drafted", "ngram_accepted"}: its drafts do not come from the draft
+                   model, so the identity rows (q = p) do not apply to it and are skipped
 
 Processors (`processors`): llama.cpp's own sampler stages where they exist, else llama-cpp-python's
 `logits_processor` hook (a custom llama.cpp sampler, first in the chain, that calls Python
@@ -83,6 +92,7 @@ N_CTX = 128                  # the tiny models' max positions; runs use under 16
 F32 = 0                      # GGML_TYPE_F32, for type_k / type_v (the default KV cache is f16)
 NGRAM = 2                    # LlamaPromptLookupDecoding's default max_ngram_size
 DRAFT_SEED_STRIDE = 1_000_003
+SPECIAL_TOKENS = 2           # "</s>" (EOS, id V) and "<s>" (BOS, id V + 1) after the vocabulary, masked
 GREEDY = dict(temp=0.0, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0, repeat_penalty=1.0, frequency_penalty=0.0,
               presence_penalty=0.0)
 
@@ -140,11 +150,19 @@ def counts(calls, sequence, stop: int) -> tuple[int, int]:
     return drafted, accepted
 
 
-def _processors(llama_mod, grammar_mod, settings, prompt_len: int):
+def special_mask(vocab: int):
+    """The logits processor that gives the special tokens after the vocabulary (ids >= vocab) -inf."""
+    def mask(input_ids, scores):
+        scores[vocab:] = -np.inf
+        return scores
+    return mask
+
+
+def _processors(llama_mod, grammar_mod, settings, prompt_len: int, vocab: int):
     """(generate kwargs, stop tokens) for `settings` (reference.processors.Processors) as the module
-    docstring maps them."""
+    docstring maps them; the special tokens (ids >= vocab) always masked first."""
     if settings is None:
-        return {}, ()
+        return {"logits_processor": llama_mod.LogitsProcessorList([special_mask(vocab)])}, ()
     s = settings
     unsupported = []
     if s.repetition_penalty != 1.0:
@@ -155,7 +173,7 @@ def _processors(llama_mod, grammar_mod, settings, prompt_len: int):
         raise InputError(f"llamacpp: processors {', '.join(unsupported)} are not mapped (not declared)")
     kw: dict = dict(frequency_penalty=float(s.frequency_penalty), presence_penalty=float(s.presence_penalty),
                     min_p=float(s.min_p))
-    procs = []
+    procs = [special_mask(vocab)]
     bias = {int(t): float(b) for t, b in s.logit_bias}
     banned = [int(t) for t in s.banned_tokens]
     seqs = [tuple(int(x) for x in q) for q in s.banned_sequences]
@@ -178,8 +196,7 @@ def _processors(llama_mod, grammar_mod, settings, prompt_len: int):
         procs.append(ban)
     if s.min_tokens:
         procs.append(llama_mod.MinTokensLogitsProcessor(int(s.min_tokens), int(s.stop_tokens[0])))
-    if procs:
-        kw["logits_processor"] = llama_mod.LogitsProcessorList(procs)
+    kw["logits_processor"] = llama_mod.LogitsProcessorList(procs)
     if s.grammar is not None:
         kw["grammar"] = grammar_mod.LlamaGrammar.from_string(gbnf(s.grammar), verbose=False)
     return kw, tuple(int(t) for t in s.stop_tokens)
@@ -225,7 +242,7 @@ class LlamaCpp:
         """(target, draft) folders of two tiny Llamas (`tiny_llama.pair_folders`), each exported to an
         f32 GGUF beside its weights once (the harness computes the laws from the folders)."""
         from . import tiny_llama
-        folders = tiny_llama.pair_folders(None, int(vocab), int(seed))
+        folders = tiny_llama.pair_folders(None, int(vocab), int(seed), extra_tokens=SPECIAL_TOKENS)
         for f in folders:
             llamacpp_gguf.export(f)
         return folders
@@ -257,12 +274,13 @@ class LlamaCpp:
 
     def generate(self, target, draft, prompt, kappa, transform, seed, n, length, processors=None):
         kw = self.sampling(transform)
-        proc_kw, stops = _processors(self.llama, self.grammar, processors, len(prompt))
+        proc_kw, stops = _processors(self.llama, self.grammar, processors, len(prompt), target.vocab_size)
         if proc_kw.get("min_p") and transform.temperature not in (0.0, 1.0):
             raise InputError(f"llamacpp: min_p at temperature {transform.temperature}: llama.cpp applies min-p "
                              f"before temperature, the reference after (no faithful mapping)")
         llm = self._llm(target, "target")
-        drafter = self._drafter(draft, kappa, kw)
+        mask = self.llama.LogitsProcessorList([special_mask(target.vocab_size)])
+        drafter = self._drafter(draft, kappa, {**kw, "logits_processor": mask})
         recorder = Recorder(drafter)
         llm.draft_model = recorder
         prompt = [int(t) for t in prompt]
@@ -274,7 +292,7 @@ class LlamaCpp:
                 if isinstance(drafter, ModelDraft):
                     drafter.reseed(int(seed) + i)
                 if processors is not None:         # MinTokensLogitsProcessor keeps state: a fresh one per run
-                    proc_kw, _ = _processors(self.llama, self.grammar, processors, len(prompt))
+                    proc_kw, _ = _processors(self.llama, self.grammar, processors, len(prompt), target.vocab_size)
                 recorder.calls = []
                 row = []
                 for tok in llm.generate(prompt, **{**kw, **proc_kw}):
@@ -288,6 +306,8 @@ class LlamaCpp:
                 drafted, accepted = drafted + d, accepted + a
         finally:
             llm.draft_model = None
+        if self.method == "lookup":         # n-gram drafts ignore the draft model: the identity premise (q = p)
+            return out, {"ngram_drafted": drafted, "ngram_accepted": accepted}   # does not apply
         return out, {"num_drafted": drafted, "num_accepted": accepted}
 
 
