@@ -84,6 +84,25 @@ NOTES = {
                 "memory).",
 }
 
+_LLAMACPP = ("llama-cpp-python 0.3.36 (llama.cpp built for AVX2: `specverify/findings/install_llamacpp.sh`). "
+             "Engine level: `Llama.generate` on tiny random Llamas (`tiny_llama`, V = 4 / 5 plus EOS/BOS masked) "
+             "written as f32 GGUF by llama.cpp's gguf-py, f32 KV cache (the f16 default moves logits by ~1e-4); "
+             "the laws are the same weights' float64 forward (engine logits agree to ~3e-7 relative). "
+             "llama-cpp-python verifies drafts by sample-match (it samples the target at each position and keeps "
+             "the draft while the sample equals it): exact output law, acceptance p(draft) instead of min(1, p/q). ")
+NOTES.update({
+    "llamacpp-lookup": _LLAMACPP + "Drafts: its `LlamaPromptLookupDecoding(max_ngram_size=2, num_pred_tokens=kappa)`; "
+                       "the identity rows do not apply (n-gram drafts ignore the draft model).",
+    "llamacpp-draft": _LLAMACPP + "Drafts: our `ModelDraft` (a second Llama on the draft GGUF sampling kappa tokens "
+                      "with the run's transform; llama-cpp-python ships only the abstract LlamaDraftModel), so the "
+                      "identity rows measure sample-match acceptance with q = p: sum_x p(x)^2, not 1 "
+                      "(`python -m specverify.findings.llamacpp_identity` compares it with the prediction).",
+    "llamacpp-bitwise": ("llama-cpp-python 0.3.36 greedy `generate` on SmolLM2-135M-Instruct's Q4_1 GGUF as users "
+                         "run it (default f16 KV cache, flash_attn off, one thread), prompt lookup and the model as "
+                         "its own greedy draft vs plain; logits rows read by a logits processor. Batch sizes > 1 "
+                         "are not covered: generate decodes one sequence."),
+})
+
 # not auditable on CPU, said in every SGLang report
 NOT_AUDITABLE = {
     "sglang": "tree_speculative_sampling_target_only (SGLang's default sampling path) is a CUDA kernel in "
