@@ -2,7 +2,7 @@
 
 What runs: `llama_cpp.Llama.generate(tokens, ...)` -- llama-cpp-python's speculative loop over
 llama.cpp's own decode and sampler chain -- on the battery's tiny random Llama models
-(`tiny_llama.pair`), each exported to an f32 GGUF with llama.cpp's `gguf` package
+(`tiny_llama.pair_folders`), each exported to an f32 GGUF with llama.cpp's `gguf` package
 (`llamacpp_gguf.export`). The harness's exact law is the float64 forward of the same weights.
 llama.cpp's KV cache defaults to f16 (logits then differ from the f32 weights' by ~1e-4); the
 adapter sets `type_k = type_v = F32`, and the logits match the float64 forward to ~3e-7 relative,
@@ -15,7 +15,7 @@ chain and keeps going while the sample equals the draft there; at the first mism
 is cut back. That is sample-match verification: every emitted token is the target's own sample, so
 the output law is exact whatever the drafts are, and acceptance is P(sample = draft) -- sum_x p(x)
 q(x) for a sampled draft, p(draft) for a deterministic one -- not 1 - TV(p, q). The identity row
-measures exactly that (see `specverify/findings/llamacpp.md`).
+measures exactly that (`specverify/findings/llamacpp_identity.py` compares it with the prediction).
 
 Methods (`method`):
     lookup   `LlamaPromptLookupDecoding(max_ngram_size=2, num_pred_tokens=kappa)`, llama-cpp-python's
@@ -63,8 +63,9 @@ processors with `(input_ids, logits)`):
     banned_sequences  a processor reading the end of `input_ids`: the prefix llama-cpp-python
                    passes. (It passes `self._input_ids`, every evaluated token -- under speculation
                    that includes the drafts after the row being sampled.)
-    min_tokens     llama-cpp-python's own `MinTokensLogitsProcessor(min_tokens, eos)` (what
-                   create_completion uses), with the row's single stop token as eos; it counts
+    min_tokens     llama-cpp-python's own `MinTokensLogitsProcessor(min_tokens, eos)` (what its
+                   server's `min_tokens` uses, server/app.py), with the row's single stop token as
+                   eos; it counts
                    `len(input_ids)` minus the prompt
     stop_tokens    the run ends at the first stop token, as create_completion's loop ends at EOS
                    (it stops reading the generator); PAD after it
