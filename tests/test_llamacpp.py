@@ -176,3 +176,17 @@ def test_bitwise_tiny_greedy_lookup_keeps_the_token_ids(engine):
             assert ids1 == ids0
             assert rows1.shape == rows0.shape == (16, llamacpp_bitwise.TINY_VOCAB)
             assert np.abs(rows1 - rows0).max() < 1e-4        # f32 model: last bits only
+
+
+def test_bitwise_refuses_layouts_it_cannot_run(engine):
+    """generate decodes one sequence: a batch or ragged layout is an error, never silently batch 1."""
+    from specverify.adapters import llamacpp_bitwise
+    from specverify.adapters.bitwise_level import GreedyRequest, Layout, Spec
+    from specverify.errors import InputError
+    a = llamacpp_bitwise.tiny()
+    assert a.bitwise_info().layouts == ()
+    for layout in (Layout(batch_size=2), Layout(batch_size=2, ragged=True)):
+        with pytest.raises(InputError, match="one sequence"):
+            a.decode_greedy(GreedyRequest(prompts=((1, 2), (3, 4)), max_new_tokens=2, spec=Spec(), layout=layout))
+    with pytest.raises(InputError, match="unknown proposer"):
+        a.decode_greedy(GreedyRequest(prompts=((1, 2),), max_new_tokens=2, spec=Spec("eagle", 2)))
