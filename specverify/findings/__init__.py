@@ -35,7 +35,8 @@ PLANS = {
     # and greedy bitwise on SmolLM2-135M's GGUF (the CI sizes: 32 prompts x 64 tokens x kappa 1, 3, 7)
     "llamacpp-lookup": ([], 5_000, None),
     "llamacpp-draft": ([], 5_000, None),
-    "llamacpp-bitwise": ([], 1_000, ["bitwise"]),
+    "llamacpp-bitwise": ([], 1_000, ["bitwise"]),           # ~10 CPU-min: 7 x 32 prompts x 64 tokens on SmolLM2
+    "llamacpp-bitwise-tiny": ([], 1_000, ["bitwise"]),      # seconds: the CI form
 }
 
 # engine -> [(substring of a failing row's name, reproducer in findings/repro)]
@@ -61,6 +62,7 @@ REPRODUCERS = {
     "llamacpp-lookup": [("processors", "llamacpp_processor_drafts"), ("identity", "llamacpp_identity_draft")],
     "llamacpp-draft": [("processors", "llamacpp_processor_drafts"), ("identity", "llamacpp_identity_draft")],
     "llamacpp-bitwise": [("greedy.bitwise", "llamacpp_greedy_lookup")],
+    "llamacpp-bitwise-tiny": [("greedy.bitwise", "llamacpp_greedy_lookup")],
 }
 
 # engines whose adapter runs in a worker process of its own in findings too (a crash in compiled code
@@ -97,6 +99,11 @@ NOTES.update({
                       "with the run's transform; llama-cpp-python ships only the abstract LlamaDraftModel), so the "
                       "identity rows measure sample-match acceptance with q = p: sum_x p(x)^2, not 1 "
                       "(`python -m specverify.findings.llamacpp_identity` compares it with the prediction).",
+    "llamacpp-bitwise-tiny": ("llama-cpp-python 0.3.36 greedy `generate` on a tiny random Llama (V = 256) as an f32 "
+                              "GGUF with an f32 KV cache: prompt lookup and the model as its own greedy draft vs "
+                              "plain decode, logits rows read by a logits processor. The reproducer shows the same "
+                              "on SmolLM2-135M's Q4_1 GGUF, where the verify batch moves logits by 0.06-0.7 with "
+                              "flash_attn off (the default) and not at all with flash_attn on."),
     "llamacpp-bitwise": ("llama-cpp-python 0.3.36 greedy `generate` on SmolLM2-135M-Instruct's Q4_1 GGUF as users "
                          "run it (default f16 KV cache, flash_attn off, one thread), prompt lookup and the model as "
                          "its own greedy draft vs plain; logits rows read by a logits processor. Batch sizes > 1 "
