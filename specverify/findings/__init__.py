@@ -59,8 +59,8 @@ REPRODUCERS = {
                  ("seeded.", "vllm_cpu_expand_float"), ("rng.", "vllm_cpu_expand_float")],
     "transformers-assisted": [("identity", "transformers_identity_draft")],
     "transformers-lookup": [],
-    "llamacpp-lookup": [("processors", "llamacpp_processor_drafts"), ("identity", "llamacpp_identity_draft")],
-    "llamacpp-draft": [("processors", "llamacpp_processor_drafts"), ("identity", "llamacpp_identity_draft")],
+    "llamacpp-lookup": [("identity", "llamacpp_identity_draft"), ("processors", "llamacpp_processor_drafts")],
+    "llamacpp-draft": [("identity", "llamacpp_identity_draft"), ("processors", "llamacpp_processor_drafts")],
     "llamacpp-bitwise": [("greedy.bitwise", "llamacpp_greedy_lookup")],
     "llamacpp-bitwise-tiny": [("greedy.bitwise", "llamacpp_greedy_lookup")],
 }
