@@ -30,6 +30,18 @@ def test_draft_counts_stop_at_the_first_mismatch_and_at_the_run_end():
     assert counts([(1, [5, 6]), (3, [7, 9])], [1, 5, 5, 7], 4) == (3, 2)
 
 
+def test_an_absent_engine_is_one_line_with_the_install_command(monkeypatch):
+    from specverify.adapters import installed
+    from specverify.adapters.llamacpp import LlamaCpp
+    from specverify.errors import InputError
+    real = installed.available
+    monkeypatch.setattr(installed, "available", lambda m: m != "llama_cpp" and real(m))
+    with pytest.raises(InputError, match="install_llamacpp.sh"):
+        LlamaCpp("lookup")
+    with pytest.raises(InputError, match="method"):
+        LlamaCpp("eagle")
+
+
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
     pytest.importorskip("llama_cpp", reason=INSTALL)
