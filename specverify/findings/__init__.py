@@ -30,6 +30,13 @@ PLANS = {
     "sglang": (["residual_zero", "padded_recovered"], 5_000, ONE_STEP),
     "sglang-block": (["residual_zero_block"], 2_000, ONE_STEP),
     "sglang-tree-greedy": (["tree_greedy"], 2_000, ONE_STEP),
+    # llama-cpp-python: engine level on tiny GGUF Llamas (runs, transforms, identity, processors): ~18 CPU-s per
+    # 1000 runs a row over the whole battery, so 5,000 runs a row (~90 CPU-s) on the shared cores
+    # and greedy bitwise on SmolLM2-135M's GGUF (the CI sizes: 32 prompts x 64 tokens x kappa 1, 3, 7)
+    "llamacpp-lookup": ([], 5_000, None),
+    "llamacpp-draft": ([], 5_000, None),
+    "llamacpp-bitwise": ([], 1_000, ["bitwise"]),           # ~10 CPU-min: 7 x 32 prompts x 64 tokens on SmolLM2
+    "llamacpp-bitwise-tiny": ([], 1_000, ["bitwise"]),      # seconds: the CI form
 }
 
 # engine -> [(substring of a failing row's name, reproducer in findings/repro)]
@@ -52,6 +59,10 @@ REPRODUCERS = {
                  ("seeded.", "vllm_cpu_expand_float"), ("rng.", "vllm_cpu_expand_float")],
     "transformers-assisted": [("identity", "transformers_identity_draft")],
     "transformers-lookup": [],
+    "llamacpp-lookup": [("identity", "llamacpp_identity_draft"), ("processors", "llamacpp_processor_drafts")],
+    "llamacpp-draft": [("identity", "llamacpp_identity_draft"), ("processors", "llamacpp_processor_drafts")],
+    "llamacpp-bitwise": [("greedy.bitwise", "llamacpp_greedy_lookup")],
+    "llamacpp-bitwise-tiny": [("greedy.bitwise", "llamacpp_greedy_lookup")],
 }
 
 # engines whose adapter runs in a worker process of its own in findings too (a crash in compiled code
@@ -74,6 +85,30 @@ NOTES = {
                 "`RejectionSampler.forward` (the seeded rows; which of them fail varies with the uninitialised "
                 "memory).",
 }
+
+_LLAMACPP = ("llama-cpp-python 0.3.36 (llama.cpp built for AVX2: `specverify/findings/install_llamacpp.sh`). "
+             "Engine level: `Llama.generate` on tiny random Llamas (`tiny_llama`, V = 4 / 5 plus EOS/BOS masked) "
+             "written as f32 GGUF by llama.cpp's gguf-py, f32 KV cache (the f16 default moves logits by ~1e-4); "
+             "the laws are the same weights' float64 forward (engine logits agree to ~3e-7 relative). "
+             "llama-cpp-python verifies drafts by sample-match (it samples the target at each position and keeps "
+             "the draft while the sample equals it): exact output law, acceptance p(draft) instead of min(1, p/q). ")
+NOTES.update({
+    "llamacpp-lookup": _LLAMACPP + "Drafts: its `LlamaPromptLookupDecoding(max_ngram_size=2, num_pred_tokens=kappa)`; "
+                       "the identity rows do not apply (n-gram drafts ignore the draft model).",
+    "llamacpp-draft": _LLAMACPP + "Drafts: our `ModelDraft` (a second Llama on the draft GGUF sampling kappa tokens "
+                      "with the run's transform; llama-cpp-python ships only the abstract LlamaDraftModel), so the "
+                      "identity rows measure sample-match acceptance with q = p: sum_x p(x)^2, not 1 "
+                      "(`python -m specverify.findings.llamacpp_identity` compares it with the prediction).",
+    "llamacpp-bitwise-tiny": ("llama-cpp-python 0.3.36 greedy `generate` on a tiny random Llama (V = 256) as an f32 "
+                              "GGUF with an f32 KV cache: prompt lookup and the model as its own greedy draft vs "
+                              "plain decode, logits rows read by a logits processor. The reproducer shows the same "
+                              "on SmolLM2-135M's Q4_1 GGUF, where the verify batch moves logits by 0.06-0.7 with "
+                              "flash_attn off (the default) and not at all with flash_attn on."),
+    "llamacpp-bitwise": ("llama-cpp-python 0.3.36 greedy `generate` on SmolLM2-135M-Instruct's Q4_1 GGUF as users "
+                         "run it (default f16 KV cache, flash_attn off, one thread), prompt lookup and the model as "
+                         "its own greedy draft vs plain; logits rows read by a logits processor. Batch sizes > 1 "
+                         "are not covered: generate decodes one sequence."),
+})
 
 # not auditable on CPU, said in every SGLang report
 NOT_AUDITABLE = {
