@@ -418,8 +418,16 @@ def smollm2_folder(root=None) -> Path:
         tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent if folder.parent.exists() else None))
         try:
             tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-            model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype="float32")
-            model.save_pretrained(str(tmp), safe_serialization=True)
+            gguf = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype="float32")
+            # transformers marks a GGUF-loaded model "quantized" and refuses to save it: the same weights
+            # (dequantized float32 already) go into a fresh model of the same config
+            config = gguf.config
+            for key in ("quantization_config", "_pre_quantization_dtype"):
+                if hasattr(config, key):
+                    delattr(config, key)
+            model = type(gguf)(config)
+            model.load_state_dict(gguf.state_dict())
+            model.to(dtype=gguf.dtype).save_pretrained(str(tmp), safe_serialization=True)
             tok.save_pretrained(str(tmp))
             folder.parent.mkdir(parents=True, exist_ok=True)
             os.replace(tmp, folder)

@@ -30,6 +30,10 @@ PLANS = {
     "sglang": (["residual_zero", "padded_recovered"], 5_000, ONE_STEP),
     "sglang-block": (["residual_zero_block"], 2_000, ONE_STEP),
     "sglang-tree-greedy": (["tree_greedy"], 2_000, ONE_STEP),
+    # MLX-LM runs whole generations on its own tiny Llamas (~40 ms a run here): the engine-level rows at
+    # 5000 runs a law row (the adapter's audit default); the bitwise level on SmolLM2-135M
+    "mlx": ([], 5_000, None),
+    "mlx-bitwise": ([], 5_000, ["bitwise"]),
 }
 
 # engine -> [(substring of a failing row's name, reproducer in findings/repro)]
@@ -52,6 +56,8 @@ REPRODUCERS = {
                  ("seeded.", "vllm_cpu_expand_float"), ("rng.", "vllm_cpu_expand_float")],
     "transformers-assisted": [("identity", "transformers_identity_draft")],
     "transformers-lookup": [],
+    "mlx": [("identity", "mlx_identity_draft"), ("processors[repetition_penalty", "mlx_processor_history")],
+    "mlx-bitwise": [],
 }
 
 # engines whose adapter runs in a worker process of its own in findings too (a crash in compiled code
@@ -74,6 +80,19 @@ NOTES = {
                 "`RejectionSampler.forward` (the seeded rows; which of them fail varies with the uninitialised "
                 "memory).",
 }
+
+NOTES["mlx"] = (
+    "MLX-LM 0.32.2 on the Linux x86-64 CPU build of MLX (mlx[cpu] 0.32.4). Its one speculative method is a "
+    "draft model (`speculative_generate_step`, through `stream_generate`); it has no prompt lookup and no "
+    "batched speculation. Models: tiny random Llamas (`adapters.tiny_llama`) converted by `mlx_lm.convert` "
+    "(float32, checked after loading); the laws are the float64 forward of the same weights (float32 logits "
+    "within ~4e-6). Verification is sample-match: the target samples every position with the user's sampler and "
+    "a draft is kept while it equals that sample, so every emitted token is a target sample: the whole-run "
+    "laws are exact, and the acceptance rate is sum_x p q, not sum_x min(p, q) (with draft = target, sum_x p^2 "
+    "< 1: the identity row fails by design of the rule, `repro_mlx_identity_draft`: measured vs predicted). "
+    "Transforms map to `make_sampler` where MLX-LM's order (top_p, min_p, top_k on the untempered row, "
+    "temperature last) gives the reference's law (min_p m as m^T). Frequency and presence penalties are not "
+    "covered: MLX-LM's count the last 20 tokens of prompt + output, the reference's (OpenAI's) the output only.")
 
 # not auditable on CPU, said in every SGLang report
 NOT_AUDITABLE = {
