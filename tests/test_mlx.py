@@ -42,6 +42,20 @@ def test_prefill_calls_follow_mlx_lms_chunks():
     assert [mlx_adapter.prefill_calls(n, 512) for n in (1, 2, 513, 514)] == [0, 1, 1, 2]
 
 
+@pytest.mark.parametrize("name", ["mlx", "mlx-bitwise-tiny"])
+def test_audit_without_mlx_exits_2_with_the_install_line(name):
+    import importlib.util
+    import subprocess
+    import sys
+    if importlib.util.find_spec("mlx") is not None and importlib.util.find_spec("mlx_lm") is not None:
+        pytest.skip("MLX-LM is installed here: the not-installed path cannot be shown")
+    proc = subprocess.run([sys.executable, "-m", "specverify", "audit", name], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not installed" in lines[0] and "install_mlx.sh" in lines[0], proc.stderr
+
+
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
     pytest.importorskip("mlx.core", reason=INSTALL)

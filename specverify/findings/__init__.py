@@ -31,9 +31,10 @@ PLANS = {
     "sglang-block": (["residual_zero_block"], 2_000, ONE_STEP),
     "sglang-tree-greedy": (["tree_greedy"], 2_000, ONE_STEP),
     # MLX-LM runs whole generations on its own tiny Llamas (~40 ms a run here): the engine-level rows at
-    # 5000 runs a law row (the adapter's audit default); the bitwise level on SmolLM2-135M
+    # 5000 runs a law row (the adapter's audit default); the bitwise level on the tiny Llama at the CI
+    # size (SmolLM2-135M at a smaller one: `python -m specverify.findings.mlx_bitwise`)
     "mlx": ([], 5_000, None),
-    "mlx-bitwise": ([], 5_000, ["bitwise"]),
+    "mlx-bitwise-tiny": ([], 5_000, ["bitwise"]),
 }
 
 # engine -> [(substring of a failing row's name, reproducer in findings/repro)]
@@ -57,6 +58,7 @@ REPRODUCERS = {
     "transformers-assisted": [("identity", "transformers_identity_draft")],
     "transformers-lookup": [],
     "mlx": [("identity", "mlx_identity_draft"), ("processors[repetition_penalty", "mlx_processor_history")],
+    "mlx-bitwise-tiny": [],
     "mlx-bitwise": [],
 }
 
