@@ -7,6 +7,10 @@ penalty) under speculation never sees the prompt's first len(prompt) - 1 tokens,
 `generate_step` hands the whole prompt + output to the same processor. The output law of speculative
 decoding is then not the law of plain decoding with the same settings.
 
+The same defect in plain `generate_step` was reported as ml-explore/mlx-lm issue #1773 ("generate_step()
+omits prompt-prefill tokens from logits-processor history", closed): in 0.32.2 generate_step hands the
+whole prompt, `speculative_generate_step` still drops it.
+
 Shown twice on a tiny random Llama (mlx_lm's own Model class, float32):
 1. a processor that records what it is given: plain sees [1, 2, 3], speculative sees [3];
 2. the first token's law with repetition_penalty=2 (context 20, prompt [1, 2, 3]): exact from the
