@@ -37,6 +37,11 @@ PLANS = {
     "llamacpp-draft": ([], 5_000, None),
     "llamacpp-bitwise": ([], 1_000, ["bitwise"]),           # ~10 CPU-min: 7 x 32 prompts x 64 tokens on SmolLM2
     "llamacpp-bitwise-tiny": ([], 1_000, ["bitwise"]),      # seconds: the CI form
+    # MLX-LM runs whole generations on its own tiny Llamas (~40 ms a run here): the engine-level rows at
+    # 5000 runs a law row (the adapter's audit default); the bitwise level on the tiny Llama at the CI
+    # size (SmolLM2-135M at a smaller one: `python -m specverify.findings.mlx_bitwise`)
+    "mlx": ([], 5_000, None),
+    "mlx-bitwise-tiny": ([], 5_000, ["bitwise"]),
 }
 
 # engine -> [(substring of a failing row's name, reproducer in findings/repro)]
@@ -63,6 +68,9 @@ REPRODUCERS = {
     "llamacpp-draft": [("identity", "llamacpp_identity_draft"), ("processors", "llamacpp_processor_drafts")],
     "llamacpp-bitwise": [("greedy.bitwise", "llamacpp_greedy_lookup")],
     "llamacpp-bitwise-tiny": [("greedy.bitwise", "llamacpp_greedy_lookup")],
+    "mlx": [("identity", "mlx_identity_draft"), ("processors[repetition_penalty", "mlx_processor_history")],
+    "mlx-bitwise-tiny": [],
+    "mlx-bitwise": [],
 }
 
 # engines whose adapter runs in a worker process of its own in findings too (a crash in compiled code
@@ -109,6 +117,18 @@ NOTES.update({
                          "its own greedy draft vs plain; logits rows read by a logits processor. Batch sizes > 1 "
                          "are not covered: generate decodes one sequence."),
 })
+NOTES["mlx"] = (
+    "MLX-LM 0.32.2 on the Linux x86-64 CPU build of MLX (mlx[cpu] 0.32.4). Its one speculative method is a "
+    "draft model (`speculative_generate_step`, through `stream_generate`); it has no prompt lookup and no "
+    "batched speculation. Models: tiny random Llamas (`adapters.tiny_llama`) converted by `mlx_lm.convert` "
+    "(float32, checked after loading); the laws are the float64 forward of the same weights (float32 logits "
+    "within ~4e-6). Verification is sample-match: the target samples every position with the user's sampler and "
+    "a draft is kept while it equals that sample, so every emitted token is a target sample: the whole-run "
+    "laws are exact, and the acceptance rate is sum_x p q, not sum_x min(p, q) (with draft = target, sum_x p^2 "
+    "< 1: the identity row fails by design of the rule, `repro_mlx_identity_draft`: measured vs predicted). "
+    "Transforms map to `make_sampler` where MLX-LM's order (top_p, min_p, top_k on the untempered row, "
+    "temperature last) gives the reference's law (min_p m as m^T). Frequency and presence penalties are not "
+    "covered: MLX-LM's count the last 20 tokens of prompt + output, the reference's (OpenAI's) the output only.")
 
 # not auditable on CPU, said in every SGLang report
 NOT_AUDITABLE = {
