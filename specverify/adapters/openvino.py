@@ -4,7 +4,7 @@ implementation `LLMPipeline` uses on CPU) is a black box that runs tiny random L
 to OpenVINO IR with OpenVINO's own tools.
 
 What runs
-    models      `tiny_llama.pair(root, vocab, seed)` (HF folders, float32), exported by optimum-intel
+    models      `tiny_llama.pair_folders(None, vocab, seed)` (HF folders, float32), exported by optimum-intel
                 (`OVModelForCausalLM.from_pretrained(folder, export=True)`, the exporter OpenVINO ships for
                 HF models) and a tokenizer IR by openvino_tokenizers' `convert_tokenizer`; the law is the
                 float64 forward of the same weights (`tiny_llama.tabulated`)
@@ -249,15 +249,15 @@ class OpenVINOEngine:
         self.precision: dict = {}
 
     def own_models(self, vocab: int, seed: int):
-        """(target, draft) TabulatedModels of tiny_llama.pair, exported to OpenVINO IR (cached)."""
+        """(target, draft) folders of tiny_llama.pair_folders, exported to OpenVINO IR here (cached)."""
         from . import tiny_llama
-        target, draft = tiny_llama.pair(cache_root() / "hf", int(vocab), int(seed))
-        for m in (target, draft):
-            self._ir(m)
+        target, draft = tiny_llama.pair_folders(None, int(vocab), int(seed))
+        for folder in (target, draft):
+            self._ir(folder)
         return target, draft
 
     def _ir(self, model) -> Path:
-        folder = Path(model.handle)
+        folder = Path(getattr(model, "handle", model))
         if folder not in self._irs:
             self._irs[folder] = export(folder)
         return self._irs[folder]
@@ -268,8 +268,10 @@ class OpenVINOEngine:
         key = (t_ir, d_ir)
         if key not in self._pipes:
             if t_ir not in self.precision:
+                from . import tiny_llama
+                law = tiny_llama.tabulated(Path(target.handle))   # the float64 forward, rebuilt in this process
                 plain = pipeline(self.genai, t_ir)
-                self.precision[t_ir] = check_precision(self.genai, self.ov, plain, target, model_vocab(t_ir))
+                self.precision[t_ir] = check_precision(self.genai, self.ov, plain, law, model_vocab(t_ir))
             self._pipes[key] = pipeline(self.genai, t_ir, d_ir, self.method)
         return self._pipes[key], model_vocab(t_ir)
 
