@@ -343,8 +343,9 @@ class OpenVINOGreedy:
     capabilities = {"bitwise"}
     audit_defaults = {"timeout": 3600.0}
 
-    def __init__(self, ir: Path, label: str, prompts=(), note: str | None = None):
+    def __init__(self, ir: Path, label: str, prompts=(), note: str | None = None, name: str = "openvino-bitwise"):
         self.ov, self.genai = _load()
+        self.name = name
         self.version = version()
         self.ir, self.label, self.prompts, self.note = Path(ir), label, tuple(prompts), note
         self.vocab = model_vocab(self.ir)
@@ -400,7 +401,7 @@ def tiny():
     _load()
     from . import tiny_llama
     folder = tiny_llama.build(cache_root() / "hf" / f"bitwise-V{TINY_BITWISE_VOCAB}", TINY_BITWISE_VOCAB, 0)
-    return OpenVINOGreedy(export(folder), f"tiny-llama-V{TINY_BITWISE_VOCAB}-openvino")
+    return OpenVINOGreedy(export(folder), f"tiny-llama-V{TINY_BITWISE_VOCAB}-openvino", name="openvino-bitwise-tiny")
 
 
 def smollm2():

@@ -27,6 +27,11 @@ PLANS = {
     # the compiled CPU path is fast (~40,000 requests/s): the default sizes and every check that applies
     "vllm-cpu": (["residual_zero", "padded_recovered"], 200_000, None),
     "vllm-block": (["residual_zero_block"], 600, ONE_STEP),
+    # OpenVINO GenAI on tiny random Llamas (engine level only: ~3,000 batched runs/s; 50,000 runs a law row)
+    "openvino": ([], 50_000, None),
+    "openvino-lookup": ([], 50_000, None),
+    "openvino-bitwise-tiny": ([], 1_000, None),
+    "openvino-bitwise": ([], 1_000, None),
     "sglang": (["residual_zero", "padded_recovered"], 5_000, ONE_STEP),
     "sglang-block": (["residual_zero_block"], 2_000, ONE_STEP),
     "sglang-tree-greedy": (["tree_greedy"], 2_000, ONE_STEP),
@@ -52,6 +57,12 @@ REPRODUCERS = {
                  ("seeded.", "vllm_cpu_expand_float"), ("rng.", "vllm_cpu_expand_float")],
     "transformers-assisted": [("identity", "transformers_identity_draft")],
     "transformers-lookup": [],
+    "openvino": [("processors[min_p", "openvino_draft_min_p"), ("engine.runs", "openvino_draft_law"),
+                 ("engine.transform", "openvino_draft_law"), ("identity", "openvino_draft_law"),
+                 ("processors[", "openvino_draft_law")],
+    "openvino-lookup": [],
+    "openvino-bitwise-tiny": [],
+    "openvino-bitwise": [],
 }
 
 # engines whose adapter runs in a worker process of its own in findings too (a crash in compiled code
@@ -74,6 +85,26 @@ NOTES = {
                 "`RejectionSampler.forward` (the seeded rows; which of them fail varies with the uninitialised "
                 "memory).",
 }
+
+NOTES["openvino"] = (
+    "OpenVINO GenAI's own C++ pipeline (ContinuousBatchingPipeline, which LLMPipeline uses on CPU) with "
+    "draft_model=, on tiny random Llamas exported by optimum-intel, f32 forced (INFERENCE_PRECISION_HINT and "
+    "KV_CACHE_PRECISION; checked: greedy log-probability within 1e-4 of the float64 law). Plain sampling and prompt "
+    "lookup through the same sampler pass every row (reports/openvino-lookup-*), so the mapping of seeds, "
+    "transforms and processors is not what fails here. The mechanism, from the source (src/cpp/src/sampling/"
+    "sampler.cpp, `validate_candidate`, `sample_from_sequence_group`): a draft x is accepted when "
+    "r <= q(x) / p(y), with q(x) the draft's probability of x, p(y) the target's probability of a fresh target "
+    "sample y (not of x) and r = uniform_int(0, 100) / 100; after a rejection the replacement token is drawn from "
+    "the next target row, which conditions on the rejected draft, not from the residual max(0, p - q). So the "
+    "output law is biased (engine.runs / transform rows), a token the target's min_p removed is emitted (exact "
+    "row), and draft = target rejects drafts (identity). Not a finding row: LLMPipeline with a draft and its "
+    "default scheduler (prefix caching on) dies within a few sampling calls "
+    "(findings/repro/openvino_prefix_cache_crash.py, output in its docstring); the adapter turns prefix caching "
+    "off.")
+NOTES["openvino-lookup"] = (
+    "OpenVINO GenAI prompt lookup (prompt_lookup=True, max_ngram_size 2) on tiny random Llamas, f32: a "
+    "sample-match rule (accept while the draft equals the target's own sample), exact by construction; no draft "
+    "counters (its results carry no speculative metrics), so the identity row is skipped.")
 
 # not auditable on CPU, said in every SGLang report
 NOT_AUDITABLE = {
