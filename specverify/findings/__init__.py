@@ -92,7 +92,7 @@ NOTES["openvino"] = (
     "KV_CACHE_PRECISION; checked: greedy log-probability within 1e-4 of the float64 law). Plain sampling and prompt "
     "lookup through the same sampler pass every row (reports/openvino-lookup-*), so the mapping of seeds, "
     "transforms and processors is not what fails here. The mechanism, from the source (src/cpp/src/sampling/"
-    "sampler.cpp, `validate_candidate`, `sample_from_sequence_group`): a draft x is accepted when "
+    "sampler.cpp, `validate_candidate`, `sample_from_sequence_group`, as the code reads): a draft x is accepted when "
     "r <= q(x) / p(y), with q(x) the draft's probability of x, p(y) the target's probability of a fresh target "
     "sample y (not of x) and r = uniform_int(0, 100) / 100; after a rejection the replacement token is drawn from "
     "the next target row, which conditions on the rejected draft, not from the residual max(0, p - q). So the "
@@ -100,7 +100,11 @@ NOTES["openvino"] = (
     "row), and draft = target rejects drafts (identity). Not a finding row: LLMPipeline with a draft and its "
     "default scheduler (prefix caching on) dies within a few sampling calls "
     "(findings/repro/openvino_prefix_cache_crash.py, output in its docstring); the adapter turns prefix caching "
-    "off.")
+    "off. Also seen, not a row: seeded runs with a draft model depend on the batch they run in (the same rng_seed "
+    "gives other tokens in a batched call than alone: 113 of 300 runs in findings/repro/"
+    "openvino_draft_seed_reproducibility.py, 6 of 300 with another pair), and once differed between two identical "
+    "calls (5 of 300); plain sampling and prompt lookup never did. OpenVINO's own draft counters "
+    "(SDPerModelsPerfMetrics) are per request only in single-request calls; the identity row uses those.")
 NOTES["openvino-lookup"] = (
     "OpenVINO GenAI prompt lookup (prompt_lookup=True, max_ngram_size 2) on tiny random Llamas, f32: a "
     "sample-match rule (accept while the draft equals the target's own sample), exact by construction; no draft "
