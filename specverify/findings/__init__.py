@@ -27,6 +27,11 @@ PLANS = {
     # the compiled CPU path is fast (~40,000 requests/s): the default sizes and every check that applies
     "vllm-cpu": (["residual_zero", "padded_recovered"], 200_000, None),
     "vllm-block": (["residual_zero_block"], 600, ONE_STEP),
+    # OpenVINO GenAI on tiny random Llamas (engine level only: ~3,000 batched runs/s; 50,000 runs a law row)
+    "openvino": ([], 50_000, None),
+    "openvino-lookup": ([], 50_000, None),
+    "openvino-bitwise-tiny": ([], 1_000, None),
+    "openvino-bitwise": ([], 1_000, None),
     "sglang": (["residual_zero", "padded_recovered"], 5_000, ONE_STEP),
     "sglang-block": (["residual_zero_block"], 2_000, ONE_STEP),
     "sglang-tree-greedy": (["tree_greedy"], 2_000, ONE_STEP),
@@ -71,6 +76,12 @@ REPRODUCERS = {
     "mlx": [("identity", "mlx_identity_draft"), ("processors[repetition_penalty", "mlx_processor_history")],
     "mlx-bitwise-tiny": [],
     "mlx-bitwise": [],
+    "openvino": [("processors[min_p", "openvino_draft_min_p"), ("engine.runs", "openvino_draft_law"),
+                 ("engine.transform", "openvino_draft_law"), ("identity", "openvino_draft_law"),
+                 ("processors[", "openvino_draft_law")],
+    "openvino-lookup": [],
+    "openvino-bitwise-tiny": [],
+    "openvino-bitwise": [],
 }
 
 # engines whose adapter runs in a worker process of its own in findings too (a crash in compiled code
@@ -129,6 +140,29 @@ NOTES["mlx"] = (
     "Transforms map to `make_sampler` where MLX-LM's order (top_p, min_p, top_k on the untempered row, "
     "temperature last) gives the reference's law (min_p m as m^T). Frequency and presence penalties are not "
     "covered: MLX-LM's count the last 20 tokens of prompt + output, the reference's (OpenAI's) the output only.")
+NOTES["openvino"] = (
+    "OpenVINO GenAI's own C++ pipeline (ContinuousBatchingPipeline, which LLMPipeline uses on CPU) with "
+    "draft_model=, on tiny random Llamas exported by optimum-intel, f32 forced (INFERENCE_PRECISION_HINT and "
+    "KV_CACHE_PRECISION; checked: greedy log-probability within 1e-4 of the float64 law). Plain sampling and prompt "
+    "lookup through the same sampler pass every row (reports/openvino-lookup-*), so the mapping of seeds, "
+    "transforms and processors is not what fails here. The mechanism, from the source (src/cpp/src/sampling/"
+    "sampler.cpp, `validate_candidate`, `sample_from_sequence_group`, as the code reads): a draft x is accepted when "
+    "r <= q(x) / p(y), with q(x) the draft's probability of x, p(y) the target's probability of a fresh target "
+    "sample y (not of x) and r = uniform_int(0, 100) / 100; after a rejection the replacement token is drawn from "
+    "the next target row, which conditions on the rejected draft, not from the residual max(0, p - q). So the "
+    "output law is biased (engine.runs / transform rows), a token the target's min_p removed is emitted (exact "
+    "row), and draft = target rejects drafts (identity). Not a finding row: LLMPipeline with a draft and its "
+    "default scheduler (prefix caching on) dies within a few sampling calls "
+    "(findings/repro/openvino_prefix_cache_crash.py, output in its docstring); the adapter turns prefix caching "
+    "off. Also seen, not a row: seeded runs with a draft model depend on the batch they run in (the same rng_seed "
+    "gives other tokens in a batched call than alone: 113 of 300 runs in findings/repro/"
+    "openvino_draft_seed_reproducibility.py, 6 of 300 with another pair), and once differed between two identical "
+    "calls (5 of 300); plain sampling and prompt lookup never did. OpenVINO's own draft counters "
+    "(SDPerModelsPerfMetrics) are per request only in single-request calls; the identity row uses those.")
+NOTES["openvino-lookup"] = (
+    "OpenVINO GenAI prompt lookup (prompt_lookup=True, max_ngram_size 2) on tiny random Llamas, f32: a "
+    "sample-match rule (accept while the draft equals the target's own sample), exact by construction; no draft "
+    "counters (its results carry no speculative metrics), so the identity row is skipped.")
 
 # not auditable on CPU, said in every SGLang report
 NOT_AUDITABLE = {
