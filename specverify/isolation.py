@@ -113,7 +113,7 @@ from specverify.reference.toy import ToyModel
 
 # the adapter methods the battery may call: each present one is mirrored as a method of the handle
 METHODS = ("verify", "verify_block", "verify_trees", "verify_tree", "verify_seeded", "generate", "bitwise_info",
-           "decode_greedy")
+           "decode_greedy", "own_models")
 # attributes copied from the adapter when it has them (name, version and capabilities always are)
 ATTRIBUTES = ("audit_defaults", "row_dtype", "models", "processors")
 # parameter names of the protocol methods (`adapters.protocol`): they name the arrays in last_mutated
@@ -125,6 +125,7 @@ PARAMS = {
     "verify_seeded": ("batch", "seeds"),
     "generate": ("target", "draft", "prompt", "kappa", "transform", "seed", "n", "length", "processors"),
     "decode_greedy": ("request",),
+    "own_models": ("vocab", "seed"),
 }
 BITWISE_DATA = (GreedyResult, BitwiseInfo)     # results sent back as themselves (`adapters.bitwise_level`)
 WALK_DEPTH = 4              # how deep into the arguments arrays are looked for (batch.target_probs: 1)

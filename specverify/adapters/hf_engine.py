@@ -215,8 +215,58 @@ def generate_kwargs(settings, prompt_len: int, length: int) -> dict:
     return kw
 
 
+class TransformersAssistedLlama(TransformersAssisted):
+    """The same audit on real models with real KV caches: tiny random Llamas (`tiny_llama`,
+    `models = "own"`) loaded by transformers as LlamaForCausalLM in float32; the laws come from their
+    float64 forward. A rejected draft is rolled back in a real `DynamicCache` of keys and values here,
+    not in a cache of token ids."""
+
+    models = "own"
+    # a real forward per token: ~30 ms a run of 8 tokens, 2000 runs a row
+    audit_defaults = {"samples": 5000, "timeout": 1800.0}
+
+    def __init__(self, lookup: bool = False):
+        super().__init__(lookup)
+        self.name += "-llama"
+
+    def own_models(self, vocab: int, seed: int):
+        from . import tiny_llama
+        return tiny_llama.pair_folders(None, vocab, seed)
+
+    def _lm(self, model):
+        key = (str(model.handle), isinstance(model, _Second))
+        if key not in self._models:
+            from transformers import LlamaForCausalLM
+            lm = LlamaForCausalLM.from_pretrained(str(model.handle), dtype=self.torch.float32,
+                                                  attn_implementation="eager").eval()
+            lm.generation_config.eos_token_id = lm.generation_config.bos_token_id = None
+            lm.generation_config.pad_token_id = 0
+            self._models[key] = lm
+        return self._models[key]
+
+    def generate(self, target, draft, prompt, kappa, transform, seed, n, length, processors=None):
+        if draft is target:                   # the identity draft: a second instance with its own cache
+            draft = _Second(target)
+        return super().generate(target, draft, prompt, kappa, transform, seed, n, length, processors)
+
+
+class _Second:
+    """The target's folder as a separate model instance (the assistant of the identity rows)."""
+
+    def __init__(self, model):
+        self.handle, self.vocab_size = model.handle, model.vocab_size
+
+
 def make():
     return TransformersAssisted()
+
+
+def llama():
+    return TransformersAssistedLlama()
+
+
+def lookup_llama():
+    return TransformersAssistedLlama(lookup=True)
 
 
 def lookup():

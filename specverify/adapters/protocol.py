@@ -49,7 +49,14 @@ Engine level -- a black box, no coin access (capability "engine"):
                         `probs(prefix, transform)`, vectorised `logits_at(prefix_indices)`); the draft
                         may be the target itself. An adapter with `models = "torch"` gets them as
                         small torch causal LMs instead (`reference.torch_toy`: forward(input_ids
-                        [B, T]) -> logits [B, T, V], float64, no weights), with `vocab_size`
+                        [B, T]) -> logits [B, T, V], float64, no weights), with `vocab_size`.
+                        An adapter with `models = "own"` runs real models of its own instead:
+                        `own_models(vocab, seed) -> (target, draft)` returns the folders of two tiny
+                        Llamas written by `specverify.adapters.tiny_llama.build` (or its
+                        TabulatedModels), which the adapter exports to its engine's format; the
+                        harness computes every law from the same weights in float64
+                        (`reference.tabulated`) and passes them back as TabulatedModels whose
+                        `handle` is the folder (`draft is target` for the identity rows)
         prompt          tuple of token ids the runs start from
         kappa           drafts per speculative step
         transform       `reference.transforms.Transform(temperature, top_k, top_p)`: the sampling
@@ -147,7 +154,27 @@ def check_adapter(adapter, what: str) -> None:
         for m in REQUIRED.get(cap, ()):
             if not callable(getattr(adapter, m, None)):
                 raise AdapterError(f"{what}: declares capability {cap!r} but has no {m} method")
+    check_models(adapter, what, caps)
     check_processors(adapter, what, caps)
+
+
+# what an engine-level adapter's `models` attribute may say: the toy tables, the same as torch modules,
+# or models of its own (`own_models(vocab, seed)`: tiny Llama folders, `specverify.adapters.tiny_llama`)
+MODELS = ("toy", "torch", "own")
+
+
+def check_models(adapter, what: str, caps) -> None:
+    """The `models` declaration, if any: one of MODELS; "own" needs own_models and the engine capability."""
+    from specverify.errors import AdapterError
+
+    models = getattr(adapter, "models", "toy")
+    if models not in MODELS:
+        raise AdapterError(f"{what}: models must be one of {', '.join(MODELS)}, got {models!r}")
+    if models == "own":
+        if "engine" not in caps:
+            raise AdapterError(f"{what}: models = \"own\" is engine level, but the adapter does not declare \"engine\"")
+        if not callable(getattr(adapter, "own_models", None)):
+            raise AdapterError(f"{what}: models = \"own\" but the adapter has no own_models(vocab, seed) method")
 
 
 def check_processors(adapter, what: str, caps) -> None:

@@ -19,6 +19,8 @@ ENGINES = {
     "transformers": ("specverify.adapters.hf_transformers:make", "transformers' _speculative_sampling, injected coins (pip install 'specverify[transformers]')"),
     "transformers-assisted": ("specverify.adapters.hf_engine:make", "transformers assisted generation (engine level) on the toy models as transformers LMs"),
     "transformers-lookup": ("specverify.adapters.hf_engine:lookup", "transformers prompt-lookup decoding (engine level) on the toy models"),
+    "transformers-assisted-llama": ("specverify.adapters.hf_engine:llama", "transformers assisted generation on tiny random Llamas (real KV caches; laws from their float64 forward)"),
+    "transformers-lookup-llama": ("specverify.adapters.hf_engine:lookup_llama", "transformers prompt lookup on tiny random Llamas"),
     "transformers-bitwise": ("specverify.adapters.hf_bitwise:smollm2", "transformers greedy: assisted (self-assistant) and prompt lookup vs plain, bitwise, on SmolLM2-135M from the GGUF"),
     "transformers-bitwise-tiny": ("specverify.adapters.hf_bitwise:tiny", "the same on a tiny random Llama built from a config (CI; no download)"),
     "vllm": ("specverify.adapters.vllm:make", "vLLM v1 rejection_sample on CPU (TRITON_INTERPRET), injected coins"),

@@ -288,3 +288,56 @@ def generated(engine, ctx, what: str, **kw):
         if not stops or (pad[:, :-1] & ~pad[:, 1:]).any():
             raise AdapterError(f"{engine.name}.generate: returned fewer than {kw['length']} tokens for some run")
     return tokens, dict(info or {})
+
+
+def law_key(model) -> tuple:
+    """What identifies a target model for the laws' memo: a toy model by its parameters, a tabulated
+    (real) model by its own `law_key`."""
+    key = getattr(model, "law_key", None)
+    if key is not None:
+        return key
+    return ("toy", model.seed, model.vocab_size, model.scale, model.zero_frac)
+
+
+OWN_MODELS: dict = {}       # (engine name, vocab, seed) -> (target, draft) TabulatedModels
+_OWN_LOCK = threading.Lock()
+
+
+def models(engine, setup, ctx):
+    """(target, draft) for a run check: the setup's toy models, or, for an adapter with
+    `models = "own"`, its own two tiny Llamas over `setup.vocab` tokens (built from a seed drawn from
+    the audit's seed; every law from their float64 forward, `reference.tabulated`)."""
+    if getattr(engine, "models", "toy") != "own":
+        return setup.models(ctx)
+    seed = int(ctx.rng("own-models", setup.vocab).integers(1, 2**31))
+    key = (engine.name, setup.vocab, seed)
+    with _OWN_LOCK:                       # checks side by side ask for the same models once
+        if key not in OWN_MODELS:
+            target, draft = own_models(engine, setup.vocab, seed, ctx)
+            target.prefetch(setup.prompt, setup.length)       # every row the run laws enumerate
+            OWN_MODELS[key] = (target, draft)
+    return OWN_MODELS[key]
+
+
+def own_models(engine, vocab: int, seed: int, ctx):
+    """The adapter's own_models(vocab, seed) -> two tiny_llama folders (or TabulatedModels holding them),
+    checked and loaded in float64 here."""
+    from pathlib import Path
+
+    from specverify.adapters import tiny_llama
+    from specverify.reference.tabulated import TabulatedModel
+
+    what = f"{engine.name}.own_models"
+    res = invoke(engine, "own_models", vocab, seed, ctx=ctx, what=f"{what}(vocab={vocab}, seed={seed})")
+    if not isinstance(res, (tuple, list)) or len(res) != 2:
+        raise AdapterError(f"{what}: must return (target, draft), got {type(res).__name__}")
+    out = []
+    for role, m in zip(("target", "draft"), res):
+        folder = m.handle if isinstance(m, TabulatedModel) else m
+        if not isinstance(folder, (str, Path)) or not (Path(folder) / tiny_llama.STAMP).exists():
+            raise AdapterError(f"{what}: the {role} must be a folder written by tiny_llama.build, got {folder!r}")
+        model = tiny_llama.tabulated(folder)
+        if model.vocab_size != vocab:
+            raise AdapterError(f"{what}: the {role} has {model.vocab_size} tokens, asked for {vocab}")
+        out.append(model)
+    return tuple(out)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from specverify.reference.transforms import Transform
 
+from . import harness
 from .base import FAIL, PASS, SKIP, CheckResult, Timer
 from .runs import SETUP, generate, levels
 
@@ -38,7 +39,7 @@ def processor_rows(engine, ctx, target) -> list[CheckResult]:
     from .processors import IDENTITY_ROWS, SETUP as PSETUP, declared, needs
 
     rows, have = [], declared(engine)
-    p_target, _ = PSETUP.models(ctx)
+    p_target, _ = harness.models(engine, PSETUP, ctx)
     for label, (settings, transform) in IDENTITY_ROWS.items():
         name = f"engine.identity_draft[processors {label}, L={LENGTH}]"
         missing = needs(settings) - have
@@ -70,7 +71,7 @@ def verdict_row(name: str, info: dict, seconds: float) -> CheckResult:
 
 def run(engine, ctx):
     rows = []
-    target, _ = SETUP.models(ctx)
+    target, _ = harness.models(engine, SETUP, ctx)
     for level in levels(engine):
         name = f"{level}.identity_draft[temperature=0.7 top_k=3, L={LENGTH}]"
         with Timer() as t:

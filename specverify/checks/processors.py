@@ -44,6 +44,7 @@ from specverify.reference.processors import Grammar, Processors, stopped
 from specverify.reference.toy import ToyModel
 from specverify.reference.transforms import Transform
 
+from . import harness
 from .base import FAIL, PASS, SKIP, CheckResult, Timer
 from .joint import sequence_gof
 from .runs import generate, levels
@@ -118,7 +119,7 @@ def declared(engine) -> set:
 
 def law_of(target, transform: Transform, settings: Processors, setup: ProcSetup = SETUP) -> laws.SequenceLaw:
     """The exact law of runs (memoised by target and settings)."""
-    key = (target.seed, target.vocab_size, target.scale, transform, settings, setup)
+    key = (harness.law_key(target), transform, settings, setup)
     law = _LAWS.get(key)
     if law is None:
         law = _LAWS[key] = laws.processed_law(target, transform, settings, setup.prompt, setup.length)
@@ -128,7 +129,7 @@ def law_of(target, transform: Transform, settings: Processors, setup: ProcSetup 
 def runs_of(engine, ctx, name: str, settings: Processors, transform: Transform, n: int, seed_key: str,
             draft=None, setup: ProcSetup = SETUP, prompt=None, length=None):
     """(tokens [n, L], info, target, seconds) of n runs of the adapter with `settings`."""
-    target, d = setup.models(ctx)
+    target, d = harness.models(engine, setup, ctx)
     seed = int(ctx.rng("processors", seed_key).integers(2**31))
     with Timer() as t:
         tokens, info = generate(engine, "engine", ctx, name, target=target, draft=d if draft is None else draft(target),
@@ -148,7 +149,7 @@ def law_row(engine, ctx, label: str, settings: Processors, transform: Transform,
 
 def greedy_row(engine, ctx, label: str, settings: Processors) -> CheckResult:
     name = f"engine.processors_greedy[{label}, {GREEDY_PROMPTS} prompts, {SETUP.label}]"
-    target, draft = SETUP.models(ctx)
+    target, draft = harness.models(engine, SETUP, ctx)
     rng = ctx.rng("processors greedy", label)
     prompts = [tuple(int(x) for x in rng.integers(0, SETUP.vocab, 2)) for _ in range(GREEDY_PROMPTS)]
     first, n, n_bad = "", 0, 0

@@ -53,7 +53,7 @@ _LAWS: dict = {}
 
 
 def target_law(target, transform: Transform, setup: ToySetup = SETUP, length: int | None = None) -> laws.SequenceLaw:
-    key = (target.seed, target.vocab_size, target.scale, target.zero_frac, transform, setup.prompt, length or setup.length)
+    key = (harness.law_key(target), transform, setup.prompt, length or setup.length)
     law = _LAWS.get(key)
     if law is None:
         law = _LAWS[key] = laws.target_law(laws.Transformed(target, transform), setup.prompt, length or setup.length)
@@ -104,7 +104,7 @@ def generate(engine, level: str, ctx, what: str, **kw):
 
 
 def joint_row(engine, level, ctx, name: str, transform: Transform, n: int, seed_key: str) -> CheckResult:
-    target, draft = SETUP.models(ctx)
+    target, draft = harness.models(engine, SETUP, ctx)
     seed = int(ctx.rng("runs", seed_key, level).integers(2**31))
     with Timer() as t:
         tokens, _ = generate(engine, level, ctx, name, target=target, draft=draft, prompt=SETUP.prompt,
@@ -113,7 +113,7 @@ def joint_row(engine, level, ctx, name: str, transform: Transform, n: int, seed_
 
 
 def greedy_row(engine, level, ctx, n: int = 256) -> CheckResult:
-    target, draft = SETUP.models(ctx)
+    target, draft = harness.models(engine, SETUP, ctx)
     name = f"{level}.runs_greedy[toy V={SETUP.vocab} L={SETUP.length} kappa={SETUP.kappa}]"
     with Timer() as t:
         tokens, _ = generate(engine, level, ctx, name, target=target, draft=draft, prompt=SETUP.prompt,

@@ -1,0 +1,202 @@
+"""Tiny random Llama models that other engines run in their own formats, and their exact laws.
+
+An engine that cannot run the battery's toy tables (OpenVINO, MLX, ONNX Runtime GenAI, llama.cpp,
+vLLM's `LLM`) runs a real Llama instead: `build` writes a HF folder (config.json, model.safetensors in
+float32, a WordLevel tokenizer.json with tokens "t0".."t{V-1}", generation_config.json); the adapter
+exports it with the engine's own tools; `tabulated` gives the harness the same weights' next-token
+logits in float64 (`reference.tabulated.TabulatedModel`), from which every law is enumerated.
+
+    build(folder, vocab, seed)                      a target: weights N(0, 1/fan_in) from `seed` (not HF's
+                                                    0.02: the output must depend on the prefix), the head scaled
+                                                    so that logits over the vocabulary have standard
+                                                    deviation LOGIT_STD (laws far from uniform)
+    build(folder, vocab, seed, draft_of=target)     a draft: the target's weights + `noise` x their
+                                                    standard deviation x N(0, 1) (acceptance < 1)
+    build(..., extra_tokens=n)                      n special tokens after the vocabulary (ids V..V+n-1:
+                                                    "</s>" = eos, "<s>" = bos, "<unk>", "<pad>") whose
+                                                    head rows are zero; the law gives them probability
+                                                    0, so the adapter must mask them in the engine
+    pair_folders(root, vocab, seed)                 (target, draft) folders, built once under `root`: what an
+                                                    adapter's `own_models(vocab, seed)` returns
+    pair(root, vocab, seed)                         the same as TabulatedModels (handle = the folder)
+
+An engine computes in float32 while the law is float64 of the same weights: the rows' probabilities
+differ by ~1e-7 relative, far below any check's power.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from specverify.errors import InputError
+
+from . import installed
+
+# architecture: small enough that a float64 forward of every prefix a law needs takes well under 1 s
+HIDDEN = 32
+INTERMEDIATE = 64
+LAYERS = 2
+HEADS = 2                 # head_dim 16: the smallest that every engine's attention kernels accept
+KV_HEADS = 2
+MAX_POSITIONS = 128
+LOGIT_STD = 1.2           # std of the next-token logits over the vocabulary (a draw of random prefixes)
+DRAFT_NOISE = 0.5
+# torch's default dtype is process-wide and transformers' from_pretrained(dtype=...) changes it while it
+# builds a model: checks running side by side (`--jobs`) must not load one model while another runs
+TORCH_LOCK = threading.RLock()
+SPECIAL = ["</s>", "<s>", "<unk>", "<pad>"]
+STAMP = "specverify-tiny-llama.json"      # build parameters; a folder with another stamp is rebuilt
+
+
+def _quiet() -> None:
+    """No progress bars from transformers (an audit's output is its table)."""
+    from transformers.utils import logging
+    logging.disable_progress_bar()
+
+
+def default_root() -> Path:
+    return Path(os.environ.get("SPECVERIFY_CACHE", Path.home() / ".cache" / "specverify")) / "tiny-llama"
+
+
+def _config(vocab: int, extra: int) -> dict:
+    return dict(vocab_size=vocab + extra, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE,
+                num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
+                max_position_embeddings=MAX_POSITIONS, rms_norm_eps=1e-5, rope_theta=10000.0,
+                tie_word_embeddings=False, hidden_act="silu",
+                eos_token_id=vocab if extra >= 1 else None, bos_token_id=vocab + 1 if extra >= 2 else None,
+                pad_token_id=vocab + 3 if extra >= 4 else None)
+
+
+def _tokenizer_files(folder: Path, vocab: int, extra: int) -> None:
+    installed.load("transformers", "tokenizers")
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    words = {f"t{i}": i for i in range(vocab)}
+    specials = SPECIAL[:extra]
+    words.update({s: vocab + j for j, s in enumerate(specials)})
+    tok = Tokenizer(models.WordLevel(vocab=words, unk_token="<unk>" if extra >= 3 else None))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    if specials:
+        from tokenizers import AddedToken
+        tok.add_special_tokens([AddedToken(s, special=True) for s in specials])
+    tok.save(str(folder / "tokenizer.json"))
+    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": MAX_POSITIONS,
+           "clean_up_tokenization_spaces": False}
+    for key, s in zip(["eos_token", "bos_token", "unk_token", "pad_token"], specials):
+        cfg[key] = s
+    (folder / "tokenizer_config.json").write_text(json.dumps(cfg, indent=1))
+
+
+def build(folder, vocab: int, seed: int, *, draft_of=None, noise: float = DRAFT_NOISE, extra_tokens: int = 0) -> Path:
+    """Write a tiny Llama HF folder (atomically: a temporary folder renamed into place); return it.
+    A folder already built with the same parameters is kept as it is."""
+    if not 2 <= int(vocab) <= 4096:
+        raise InputError(f"tiny_llama: vocab {vocab} outside [2, 4096]")
+    if not 0 <= int(extra_tokens) <= len(SPECIAL):
+        raise InputError(f"tiny_llama: extra_tokens {extra_tokens} outside [0, {len(SPECIAL)}]")
+    folder = Path(folder)
+    params = {"vocab": int(vocab), "seed": int(seed), "extra_tokens": int(extra_tokens),
+              "draft_of": None if draft_of is None else str(Path(draft_of).resolve()),
+              "noise": float(noise) if draft_of is not None else None,
+              "arch": [HIDDEN, INTERMEDIATE, LAYERS, HEADS, KV_HEADS, LOGIT_STD]}
+    stamp = folder / STAMP
+    if stamp.exists() and json.loads(stamp.read_text()) == params:
+        return folder
+    installed.load("transformers", "transformers")
+    _quiet()
+    with TORCH_LOCK:
+        return _build(folder, int(vocab), int(seed), draft_of, float(noise), int(extra_tokens), params)
+
+
+def _build(folder: Path, vocab: int, seed: int, draft_of, noise: float, extra_tokens: int, params: dict) -> Path:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(**_config(vocab, extra_tokens), torch_dtype="float32")
+    gen = torch.Generator().manual_seed(int(seed))
+    model = LlamaForCausalLM(config).float().eval()
+    with torch.no_grad():
+        if draft_of is None:
+            for name, p in model.named_parameters():
+                if "norm" in name:
+                    p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
+                else:
+                    p.copy_(torch.randn(p.shape, generator=gen) / np.sqrt(p.shape[-1]))   # unit-gain init
+            head = model.lm_head.weight
+            head[vocab:] = 0.0
+            ids = torch.randint(0, vocab, (64, 6), generator=gen)
+            logits = model(ids).logits[:, :, :vocab]
+            head[:vocab] *= LOGIT_STD / float(logits.std(dim=-1).mean())
+        else:
+            base = LlamaForCausalLM.from_pretrained(str(draft_of), dtype=torch.float32)
+            if base.config.vocab_size != vocab + extra_tokens:
+                raise InputError(f"tiny_llama: draft vocab {vocab}+{extra_tokens} differs from its target's "
+                                 f"{base.config.vocab_size}")
+            for (name, p), (_, q) in zip(model.named_parameters(), base.named_parameters()):
+                p.copy_(q + noise * float(q.std()) * torch.randn(p.shape, generator=gen))
+            model.lm_head.weight[vocab:] = 0.0
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        _tokenizer_files(tmp, vocab, extra_tokens)
+        (tmp / STAMP).write_text(json.dumps(params, indent=1))
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(tmp, folder)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def tabulated(folder, name: str | None = None):
+    """The folder's model as a `TabulatedModel`: next-token logits over the first V tokens (the special
+    tokens after them are left out: probability 0), from a float64 forward of the same weights."""
+    installed.load("transformers", "transformers")
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from specverify.reference.tabulated import TabulatedModel
+
+    folder = Path(folder)
+    params = json.loads((folder / STAMP).read_text()) if (folder / STAMP).exists() else None
+    if params is None:
+        raise InputError(f"tiny_llama: {folder} is not a folder written by tiny_llama.build")
+    vocab = params["vocab"]
+    _quiet()
+    with TORCH_LOCK:
+        model = LlamaForCausalLM.from_pretrained(str(folder), dtype=torch.float64, attn_implementation="eager").eval()
+
+    def logits_fn(prefixes):
+        ids = torch.tensor(prefixes, dtype=torch.int64)            # [B, T], every prefix one length
+        if ids.ndim != 2 or ids.shape[1] == 0:
+            raise InputError("tiny_llama: a prefix must hold at least one token")
+        with TORCH_LOCK, torch.no_grad():
+            return model(ids).logits[:, -1, :vocab].numpy()         # [B, V] float64
+
+    return TabulatedModel(vocab, logits_fn, name or folder.name, handle=folder)
+
+
+def pair_folders(root=None, vocab: int = 4, seed: int = 0, *, noise: float = DRAFT_NOISE, extra_tokens: int = 0):
+    """(target folder, draft folder) over `vocab` tokens under `root` (default: `default_root()`), built
+    once: what an adapter's `own_models` returns (the harness loads the laws itself)."""
+    root = Path(root) if root is not None else default_root()
+    tag = f"V{vocab}-s{seed}-x{extra_tokens}"
+    target = build(root / f"target-{tag}", vocab, seed, extra_tokens=extra_tokens)
+    draft = build(root / f"draft-{tag}-n{noise}", vocab, seed + 1, draft_of=target, noise=noise,
+                  extra_tokens=extra_tokens)
+    return target, draft
+
+
+def pair(root=None, vocab: int = 4, seed: int = 0, *, noise: float = DRAFT_NOISE, extra_tokens: int = 0):
+    """(target, draft) TabulatedModels of `pair_folders` (handle = the folder)."""
+    target, draft = pair_folders(root, vocab, seed, noise=noise, extra_tokens=extra_tokens)
+    return tabulated(target), tabulated(draft)
