@@ -361,7 +361,7 @@ class VllmCpuEngine:
         self.method, self.fixed = method, fixed
         self.name = "vllm-cpu-engine" + ("" if method == DRAFT else f"-{method}") + ("-fixed" if fixed else "")
         self.engines = Engines(fixed)
-        self.version = installed.engine_version("vllm-cpu")
+        self.version = (installed.version("vllm-cpu") or "unknown")
         self.shim_ok = None
         self._exports = {}
 
@@ -422,7 +422,7 @@ class VllmCpuGreedy:
 
     def __init__(self, folder, label: str, vocab: int, prompts=(), fixed: bool = False):
         self.engines = Engines(fixed, max_model_len=BITWISE_MAX_LEN, kv_bytes=BITWISE_KV_BYTES, max_live=2)
-        self.version = installed.engine_version("vllm-cpu")
+        self.version = (installed.version("vllm-cpu") or "unknown")
         self.folder, self.label, self.vocab, self.prompts = Path(folder), label, int(vocab), tuple(prompts)
         self.rows = self.vocab <= MAX_ROWS_VOCAB
 
