@@ -58,4 +58,16 @@ def engine_top_k(engine, ctx) -> list[CheckResult]:
                             detail=f"vLLM raised in generate: {type(cause).__name__}: {str(cause).splitlines()[0][:160]}")]
 
 
-PROBES = {"engine_transforms": engine_transforms, "engine_identity": engine_identity, "engine_top_k": engine_top_k}
+# vLLM decodes ~2-3 tokens/s a request at batch 1 on this shared 2-core machine: the CI sizes of the
+# bitwise check (32 prompts x 64 tokens, kappas 1, 3, 7) would take hours; these take minutes
+SMALL_BITWISE = dict(n_prompts=8, max_tokens=16, kappas=(2,), batch_sizes=(8,), ragged_batch=None)
+
+
+def bitwise_small(engine, ctx) -> list[CheckResult]:
+    """The `bitwise` check (greedy speculative vs plain, batch 1 vs 8) at SMALL_BITWISE sizes."""
+    from specverify.checks import bitwise
+    return bitwise.run(engine, ctx, bitwise.Sizes(**SMALL_BITWISE))
+
+
+PROBES = {"engine_transforms": engine_transforms, "engine_identity": engine_identity, "engine_top_k": engine_top_k,
+          "bitwise_small": bitwise_small}
