@@ -498,7 +498,12 @@ def smollm2_folder() -> tuple[Path, list]:
     folder = cache_root() / "smollm2-135m-hf"
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     if not (folder / "model.safetensors").exists():
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype="float32")
+        loaded = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype="float32")
+        config = loaded.config                  # transformers marks a GGUF model as quantized and refuses to
+        if hasattr(config, "quantization_config"):   # save it: the same weights into a plain model, saved
+            del config.quantization_config
+        model = AutoModelForCausalLM.from_config(config, dtype="float32")
+        model.load_state_dict(loaded.state_dict(), strict=True)
         model.save_pretrained(str(folder))
         tok.save_pretrained(str(folder))
     prompts = []
