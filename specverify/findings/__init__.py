@@ -17,6 +17,8 @@ from __future__ import annotations
 # multi-step ones (runs, transforms, identity: thousands of whole toy runs) are left to the GPU
 ONE_STEP = ["marginal", "joint", "acceptance", "endpoints", "composition", "greedy"]
 
+VLLM_ENGINE_PROBES = ["engine_transforms", "engine_identity", "engine_top_k"]
+
 # engine -> (probes to run, battery samples per one-step problem, battery checks or None = all)
 PLANS = {
     "transformers": (["residual_zero", "residual_zero_logits", "assisted_law", "identity_draft"], 20_000, None),
@@ -32,6 +34,15 @@ PLANS = {
     "openvino-lookup": ([], 50_000, None),
     "openvino-bitwise-tiny": ([], 1_000, None),
     "openvino-bitwise": ([], 1_000, None),
+    # vLLM's LLM on tiny random Llamas (~300 runs/s on this shared CPU): top-k under speculation raises
+    # inside vLLM, so `transforms` and `identity` (each has a top-k row) are its probes without top-k
+    # plus one exact top-k row (findings/vllm_engine_probes.py)
+    **{name: (VLLM_ENGINE_PROBES, 20_000, ["runs", "processors"])
+       for name in ("vllm-cpu-engine", "vllm-cpu-engine-probabilistic", "vllm-cpu-engine-ngram", "vllm-cpu-engine-block",
+                    "vllm-cpu-engine-fixed", "vllm-cpu-engine-probabilistic-fixed", "vllm-cpu-engine-ngram-fixed",
+                    "vllm-cpu-engine-block-fixed")},
+    "vllm-cpu-bitwise-tiny": (["bitwise_small"], 1_000, []),
+    "vllm-cpu-bitwise": (["bitwise_small"], 1_000, []),
     "sglang": (["residual_zero", "padded_recovered"], 5_000, ONE_STEP),
     "sglang-block": (["residual_zero_block"], 2_000, ONE_STEP),
     "sglang-tree-greedy": (["tree_greedy"], 2_000, ONE_STEP),
@@ -67,6 +78,13 @@ REPRODUCERS = {
                  ("[padded", "vllm_cpu_padded_accepted"), ("chain.structure", "vllm_cpu_padded_accepted"),
                  ("padded_recovered", "vllm_cpu_padded_accepted"), ("residual_zero", "vllm_cpu_residual_zero"),
                  ("seeded.", "vllm_cpu_expand_float"), ("rng.", "vllm_cpu_expand_float")],
+    **{name: [("top_k", "vllm_cpu_engine_top_k"), ("engine.", "vllm_cpu_engine_spec_law")]
+       for name in ("vllm-cpu-engine", "vllm-cpu-engine-probabilistic", "vllm-cpu-engine-ngram", "vllm-cpu-engine-block")},
+    **{name: [("top_k", "vllm_cpu_engine_top_k")]
+       for name in ("vllm-cpu-engine-fixed", "vllm-cpu-engine-probabilistic-fixed", "vllm-cpu-engine-ngram-fixed",
+                    "vllm-cpu-engine-block-fixed")},
+    "vllm-cpu-bitwise-tiny": [],
+    "vllm-cpu-bitwise": [],
     "transformers-assisted": [("identity", "transformers_identity_draft")],
     "transformers-lookup": [],
     "llamacpp-lookup": [("identity", "llamacpp_identity_draft"), ("processors", "llamacpp_processor_drafts")],
@@ -163,6 +181,25 @@ NOTES["openvino-lookup"] = (
     "OpenVINO GenAI prompt lookup (prompt_lookup=True, max_ngram_size 2) on tiny random Llamas, f32: a "
     "sample-match rule (accept while the draft equals the target's own sample), exact by construction; no draft "
     "counters (its results carry no speculative metrics), so the identity row is skipped.")
+_VLLM_ENGINE = (
+    "vLLM's engine (`vllm.LLM`, vllm-cpu 0.32.0) end to end on tiny random Llamas (`adapters/tiny_llama.py`, "
+    "widened from head_dim 16 to 64 because vLLM's CPU attention refuses 16; the float64 law is of the same "
+    "weights), float32, prompts as token ids, every run its own request (seed + i) in one `generate` call. "
+    "Any top-k under speculation raises inside vLLM (`apply_top_k_only` calls max() of an empty tensor), and an "
+    "adapter that raises ends an audit, so the battery's `transforms` and `identity` checks are replaced by the "
+    "same rows without top-k plus one top-k row (findings/vllm_engine_probes.py). Not covered: logit_bias and "
+    "min_p (vLLM refuses them with speculative decoding), banned sequences and grammars (need a tokenizer). "
+    "Refused on CPU: rejection_sample_method='synthetic' (AssertionError: Synthetic acceptance not supported with "
+    "CPU sampling), method='ngram_gpu' (RuntimeError: pin_memory=True requires a CUDA or other accelerator "
+    "backend), method='suffix' (ImportError: Arctic Inference is required), EAGLE (needs an EAGLE head: "
+    "ValueError: There is no module or parameter named 'lm_head' in EagleLlamaForCausalLM). Also: once numba's "
+    "llvmlite is loaded (vLLM's n-gram proposer imports it) no further `LLM` starts in the process "
+    "(AttributeError: '_lib_fn_wrapper' object has no attribute 'get', triton_utils/dispatcher.py; reproducer "
+    "repro_vllm_cpu_engine_llvmlite.py); the adapter hides those modules from vLLM's scan while an engine starts.")
+_FIXED = (" This is the DIAGNOSTIC variant: vllm-cpu's expand shim (vLLM issue #55005) is repaired in-process "
+          "before the engines start, to see whether anything else in the engine is wrong.")
+NOTES.update({name: _VLLM_ENGINE + (_FIXED if name.endswith("-fixed") else "")
+              for name in PLANS if name.startswith("vllm-cpu-engine")})
 
 # not auditable on CPU, said in every SGLang report
 NOT_AUDITABLE = {
