@@ -260,6 +260,8 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
     if factory is not None:
         ctx.factory = factory
     names = list(BATTERY if checks is None else checks)
+    if jobs > 1 and open_engine is not None:
+        ctx.jobs, ctx.open_engine = jobs, open_engine
     if jobs > 1 and open_engine is not None and len(names) > 1:
         done = run_parallel(engine, ctx, names, jobs, open_engine)
     else:

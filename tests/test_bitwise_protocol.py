@@ -217,3 +217,50 @@ def test_transformers_on_the_level_tiny_llama():
             assert d is None or d["kind"] in (bitwise.LOGITS_ONLY, bitwise.REDUCTION_ORDER), (name, d)
     assert got["greedy.bitwise[tiny-random-llama-hf,batch>1]"].verdict == "skip"      # it speculates at batch 1 only
     assert got["batch.invariance[tiny-random-llama-hf,ragged]"].verdict == "skip"
+
+
+MUTANT = '''
+
+class _Batched(MyGreedy):
+    """Sums the window's embeddings in the other order when requests share a launch."""
+    def decode_greedy(self, request):
+        self.batched = request.layout.batch_size > 1
+        return super().decode_greedy(request)
+
+    def logits(self, context):
+        if not self.batched:
+            return super().logits(context)
+        h = np.zeros(D, np.float32)
+        for x in self.embed[list(context[-WINDOW:])][::-1]:
+            h += x
+        return (h / np.float32(len(context[-WINDOW:]))) @ self.head
+
+
+def batched():
+    return _Batched()
+'''
+
+
+@pytest.mark.parametrize("factory", ["factory", "batched"])
+def test_bitwise_runs_shared_over_jobs_give_the_serial_rows(tmp_path, factory):
+    """With --jobs 2 the bitwise runs go to two adapter processes: the rows (verdicts, counts, first
+    divergence) are those of one process doing every run, for a passing and a failing adapter."""
+    from specverify.audit import prepare
+    block = re.search(r"<!-- example-bitwise-adapter -->\s*```python\n(.*?)```", README.read_text(), re.S).group(1)
+    path = tmp_path / "my_greedy_jobs.py"
+    path.write_text(block + MUTANT)
+
+    def audit(jobs):
+        res = prepare(f"{path}:{factory}", {"checks": ["bitwise"]}).run(jobs=jobs)
+        out = {}
+        for c in res.checks:
+            data = dict(c.data.get("bitwise", {}))
+            for run in data.get("runs", ()):
+                run.pop("seconds", None)
+            out[c.name] = (c.verdict, c.n, c.detail, repr(sorted(data.items())))
+        return out
+
+    serial, shared = audit(1), audit(2)
+    assert shared == serial
+    verdicts = {v[0] for k, v in serial.items() if k.startswith(("greedy.", "batch."))}
+    assert verdicts == ({"pass"} if factory == "factory" else {"fail"})

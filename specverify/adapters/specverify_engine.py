@@ -71,6 +71,11 @@ class SpecverifyEngine:
     audit_defaults = {"samples": 100_000, "timeout": 3600.0}
 
     def __init__(self):
+        import torch
+        # one intra-op thread: the audit runs its checks (and the bitwise runs) in several adapter
+        # processes at once (`--jobs`, default the machine's cores); two threads each on 2 cores
+        # measured twice the CPU time of one for the same decode (OpenMP waits between tiny ops)
+        torch.set_num_threads(1)
         self._generators = {}
         self._bitwise = None          # (label, model, tokenizer, note), loaded on first use
 

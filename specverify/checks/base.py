@@ -85,6 +85,10 @@ class Context:
                                     # seeded checks replay calls on fresh instances); None: skipped
     check: str = ""                 # the battery check running now (named in adapter errors)
     full: bool = False              # engine checks at their full size (greedy bitwise: 256 prompts ...)
+    jobs: int = 1                   # adapter processes the audit may run at once (`--jobs`)
+    open_engine: object = None      # callable() -> one more adapter handle in a worker of its own (the
+                                    # caller closes it), or None: a check that can split its calls
+                                    # (greedy bitwise) then runs them side by side
 
     def rng(self, *key) -> np.random.Generator:
         """A generator seeded by the audit seed and a per-check key (strings hashed stably)."""

@@ -197,8 +197,50 @@ def _divergence(runner, base, other, spec, layout, i) -> Divergence:
     return d
 
 
-def _compare(runner, base, spec, layout) -> Comparison:
-    ot, od, info = runner.run(spec, layout)
+def _run_all(runner, runs: list, ctx, helpers: bool) -> dict:
+    """{(spec, layout): ((tokens, digests, info), seconds)} of every run. Where the audit may run several
+    adapter processes (`ctx.jobs` > 1 with `ctx.open_engine`) and `helpers`, the runs are shared out
+    in order over this adapter and jobs - 1 more opened for the purpose (closed after): greedy
+    decoding is deterministic, so the tokens and digests are those of one process doing them all."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(r, who):
+        spec, layout = r
+        ctx.say(f"bitwise: {runner.info.model} variant {runner.variant}: {spec}, batch {layout}")
+        with Timer() as t:
+            out = who.run(spec, layout)
+        return out, t.seconds
+
+    extra = max(0, min(int(getattr(ctx, "jobs", 1)) - 1, len(runs) - 1))
+    if not helpers or not extra or getattr(ctx, "open_engine", None) is None:
+        return {r: one(r, runner) for r in runs}
+    handles = []
+    try:
+        for _ in range(extra):
+            handles.append(ctx.open_engine())
+        runners = [runner] + [_Runner(h, runner.info, runner.variant, runner.prompts, runner.L, ctx) for h in handles]
+        free, lock, todo = list(runners), threading.Lock(), list(runs)
+
+        def task(r):
+            with lock:
+                who = free.pop()
+            try:
+                return r, one(r, who)
+            finally:
+                with lock:
+                    free.append(who)
+
+        with ThreadPoolExecutor(len(runners), thread_name_prefix="specverify-bitwise") as pool:
+            return dict(pool.map(task, todo))
+    finally:
+        for h in handles:
+            h.close()
+
+
+def _compare(runner, base, spec, layout, other=None) -> Comparison:
+    """The run (spec, layout) -- `other` if it was run already -- against the baseline `base`."""
+    ot, od, info = runner.run(spec, layout) if other is None else other
     bt, bd = base
     c = Comparison(str(spec), str(layout), len(bt), logits_compared=bd is not None and od is not None, info=info)
     for i in range(len(bt)):
@@ -281,25 +323,21 @@ def run(engine, ctx, sizes: Sizes | None = None) -> list[CheckResult]:
         layouts = _layouts(sz, info)
         prompts = _prompts(info, sz.n_prompts, ctx.rng("bitwise", "prompts"))
         runner = _Runner(engine, info, variant, prompts, sz.max_tokens, ctx)
-        ctx.say(f"bitwise: {info.model} variant {variant}: baseline (plain decode, batch 1)")
-        with Timer() as t:
-            tokens, digests, _ = runner.run(Spec(), Layout(1))
-        base = (tokens, digests)
-        base_s = t.seconds
         control = variant if role == NEGATIVE_CONTROL else None
         many = len(info.proposers) > 1
         spec_max = info.max_batch_size if info.spec_max_batch_size is None else info.spec_max_batch_size
         spec_layouts = [Layout(1)] + [x for x in layouts if x.batch_size <= spec_max]
+        spec_runs = {p: [(Spec(p, k), x) for k in sz.kappas for x in spec_layouts] for p in info.proposers}
+        plain_runs = [(Spec(), x) for x in layouts]
+        done = _run_all(runner, [(Spec(), Layout(1))] + [r for p in info.proposers for r in spec_runs[p]] + plain_runs,
+                        ctx, helpers=role == SUBJECT)
+        (tokens, digests, _), base_s = done[(Spec(), Layout(1))]
+        base = (tokens, digests)
         for proposer in info.proposers:
-            comps = []
-            with Timer() as t:
-                for kappa in sz.kappas:
-                    for layout in spec_layouts:
-                        comps.append(_compare(runner, base, Spec(proposer, kappa), layout))
-                        ctx.say(f"bitwise: {proposer} kappa={kappa} batch {layout}: "
-                                f"{comps[-1].n_identical}/{comps[-1].n_prompts} identical")
+            comps = [_compare(runner, base, sp, x, done[(sp, x)][0]) for sp, x in spec_runs[proposer]]
+            seconds = sum(done[r][1] for r in spec_runs[proposer])
             rows.append(_row(f"greedy.bitwise[{_label(info, variant, role, proposer if many else None)}]", comps, sz,
-                             info, control=control, what="speculative runs", seconds=t.seconds + base_s, kappas=True,
+                             info, control=control, what="speculative runs", seconds=seconds + base_s, kappas=True,
                              extra={"proposer": proposer, "baseline_seconds": base_s}))
         left_out = [str(x) for x in layouts if x.batch_size > spec_max]
         if left_out and info.proposers and role == SUBJECT:
@@ -307,10 +345,9 @@ def run(engine, ctx, sizes: Sizes | None = None) -> list[CheckResult]:
                                     detail=f"not covered: the adapter speculates at batch <= {spec_max} only "
                                            f"(left out: batch {', '.join(left_out)})"))
         if layouts:
-            with Timer() as t:
-                comps = [_compare(runner, base, Spec(), layout) for layout in layouts]
+            comps = [_compare(runner, base, sp, x, done[(sp, x)][0]) for sp, x in plain_runs]
             rows.append(_row(f"batch.invariance[{_label(info, variant, role)}]", comps, sz, info, control=control,
-                             what="plain runs", seconds=t.seconds, kappas=False))
+                             what="plain runs", seconds=sum(done[r][1] for r in plain_runs), kappas=False))
     if not info.proposers:
         rows.append(CheckResult(f"greedy.bitwise[{info.model}]", SKIP, exact=True,
                                 detail="the adapter offers no proposer: speculative decode not compared"))

@@ -17,6 +17,8 @@ from __future__ import annotations
 # multi-step ones (runs, transforms, identity: thousands of whole toy runs) are left to the GPU
 ONE_STEP = ["marginal", "joint", "acceptance", "endpoints", "composition", "greedy"]
 
+VLLM_ENGINE_PROBES = ["engine_transforms", "engine_identity", "engine_top_k"]
+
 # engine -> (probes to run, battery samples per one-step problem, battery checks or None = all)
 PLANS = {
     "transformers": (["residual_zero", "residual_zero_logits", "assisted_law", "identity_draft"], 20_000, None),
@@ -27,6 +29,20 @@ PLANS = {
     # the compiled CPU path is fast (~40,000 requests/s): the default sizes and every check that applies
     "vllm-cpu": (["residual_zero", "padded_recovered"], 200_000, None),
     "vllm-block": (["residual_zero_block"], 600, ONE_STEP),
+    # OpenVINO GenAI on tiny random Llamas (engine level only: ~3,000 batched runs/s; 50,000 runs a law row)
+    "openvino": ([], 50_000, None),
+    "openvino-lookup": ([], 50_000, None),
+    "openvino-bitwise-tiny": ([], 1_000, None),
+    "openvino-bitwise": ([], 1_000, None),
+    # vLLM's LLM on tiny random Llamas (~300 runs/s on this shared CPU): top-k under speculation raises
+    # inside vLLM, so `transforms` and `identity` (each has a top-k row) are its probes without top-k
+    # plus one exact top-k row (findings/vllm_engine_probes.py)
+    **{name: (VLLM_ENGINE_PROBES, 20_000, ["runs", "processors"])
+       for name in ("vllm-cpu-engine", "vllm-cpu-engine-probabilistic", "vllm-cpu-engine-ngram", "vllm-cpu-engine-block",
+                    "vllm-cpu-engine-fixed", "vllm-cpu-engine-probabilistic-fixed", "vllm-cpu-engine-ngram-fixed",
+                    "vllm-cpu-engine-block-fixed")},
+    "vllm-cpu-bitwise-tiny": (["bitwise_small"], 1_000, []),
+    "vllm-cpu-bitwise": (["bitwise_small"], 1_000, []),
     "sglang": (["residual_zero", "padded_recovered"], 5_000, ONE_STEP),
     "sglang-block": (["residual_zero_block"], 2_000, ONE_STEP),
     "sglang-tree-greedy": (["tree_greedy"], 2_000, ONE_STEP),
@@ -36,6 +52,18 @@ PLANS = {
     "ortgenai-ngram": ([], 50_000, None),
     "ortgenai-bitwise-tiny": ([], 1_000, ["bitwise"]),
     "ortgenai-bitwise": ([], 1_000, ["bitwise"]),
+    # llama-cpp-python: engine level on tiny GGUF Llamas (runs, transforms, identity, processors): ~18 CPU-s per
+    # 1000 runs a row over the whole battery, so 5,000 runs a row (~90 CPU-s) on the shared cores
+    # and greedy bitwise on SmolLM2-135M's GGUF (the CI sizes: 32 prompts x 64 tokens x kappa 1, 3, 7)
+    "llamacpp-lookup": ([], 5_000, None),
+    "llamacpp-draft": ([], 5_000, None),
+    "llamacpp-bitwise": ([], 1_000, ["bitwise"]),           # ~10 CPU-min: 7 x 32 prompts x 64 tokens on SmolLM2
+    "llamacpp-bitwise-tiny": ([], 1_000, ["bitwise"]),      # seconds: the CI form
+    # MLX-LM runs whole generations on its own tiny Llamas (~40 ms a run here): the engine-level rows at
+    # 5000 runs a law row (the adapter's audit default); the bitwise level on the tiny Llama at the CI
+    # size (SmolLM2-135M at a smaller one: `python -m specverify.findings.mlx_bitwise`)
+    "mlx": ([], 5_000, None),
+    "mlx-bitwise-tiny": ([], 5_000, ["bitwise"]),
 }
 
 # engine -> [(substring of a failing row's name, reproducer in findings/repro)]
@@ -56,12 +84,32 @@ REPRODUCERS = {
                  ("[padded", "vllm_cpu_padded_accepted"), ("chain.structure", "vllm_cpu_padded_accepted"),
                  ("padded_recovered", "vllm_cpu_padded_accepted"), ("residual_zero", "vllm_cpu_residual_zero"),
                  ("seeded.", "vllm_cpu_expand_float"), ("rng.", "vllm_cpu_expand_float")],
+    **{name: [("top_k", "vllm_cpu_engine_top_k"), ("engine.", "vllm_cpu_engine_spec_law")]
+       for name in ("vllm-cpu-engine", "vllm-cpu-engine-probabilistic", "vllm-cpu-engine-ngram", "vllm-cpu-engine-block")},
+    **{name: [("top_k", "vllm_cpu_engine_top_k")]
+       for name in ("vllm-cpu-engine-fixed", "vllm-cpu-engine-probabilistic-fixed", "vllm-cpu-engine-ngram-fixed",
+                    "vllm-cpu-engine-block-fixed")},
+    "vllm-cpu-bitwise-tiny": [],
+    "vllm-cpu-bitwise": [],
     "transformers-assisted": [("identity", "transformers_identity_draft")],
     "transformers-lookup": [],
     "ortgenai": [],
     "ortgenai-ngram": [],
     "ortgenai-bitwise-tiny": [],
     "ortgenai-bitwise": [],
+    "llamacpp-lookup": [("identity", "llamacpp_identity_draft"), ("processors", "llamacpp_processor_drafts")],
+    "llamacpp-draft": [("identity", "llamacpp_identity_draft"), ("processors", "llamacpp_processor_drafts")],
+    "llamacpp-bitwise": [("greedy.bitwise", "llamacpp_greedy_lookup")],
+    "llamacpp-bitwise-tiny": [("greedy.bitwise", "llamacpp_greedy_lookup")],
+    "mlx": [("identity", "mlx_identity_draft"), ("processors[repetition_penalty", "mlx_processor_history")],
+    "mlx-bitwise-tiny": [],
+    "mlx-bitwise": [],
+    "openvino": [("processors[min_p", "openvino_draft_min_p"), ("engine.runs", "openvino_draft_law"),
+                 ("engine.transform", "openvino_draft_law"), ("identity", "openvino_draft_law"),
+                 ("processors[", "openvino_draft_law")],
+    "openvino-lookup": [],
+    "openvino-bitwise-tiny": [],
+    "openvino-bitwise": [],
 }
 
 # engines whose adapter runs in a worker process of its own in findings too (a crash in compiled code
@@ -127,6 +175,83 @@ NOTES.update({
     "ortgenai-bitwise-tiny": _ORTGENAI + "\n\nThis report: the bitwise level on a tiny random Llama (V = 128 + 4 special "
                              "tokens, a real pad id), 32 prompts of real tokens x 64 tokens.",
 })
+_LLAMACPP = ("llama-cpp-python 0.3.36 (llama.cpp built for AVX2: `specverify/findings/install_llamacpp.sh`). "
+             "Engine level: `Llama.generate` on tiny random Llamas (`tiny_llama`, V = 4 / 5 plus EOS/BOS masked) "
+             "written as f32 GGUF by llama.cpp's gguf-py, f32 KV cache (the f16 default moves logits by ~1e-4); "
+             "the laws are the same weights' float64 forward (engine logits agree to ~3e-7 relative). "
+             "llama-cpp-python verifies drafts by sample-match (it samples the target at each position and keeps "
+             "the draft while the sample equals it): exact output law, acceptance p(draft) instead of min(1, p/q). ")
+NOTES.update({
+    "llamacpp-lookup": _LLAMACPP + "Drafts: its `LlamaPromptLookupDecoding(max_ngram_size=2, num_pred_tokens=kappa)`; "
+                       "the identity rows do not apply (n-gram drafts ignore the draft model).",
+    "llamacpp-draft": _LLAMACPP + "Drafts: our `ModelDraft` (a second Llama on the draft GGUF sampling kappa tokens "
+                      "with the run's transform; llama-cpp-python ships only the abstract LlamaDraftModel), so the "
+                      "identity rows measure sample-match acceptance with q = p: sum_x p(x)^2, not 1 "
+                      "(`python -m specverify.findings.llamacpp_identity` compares it with the prediction).",
+    "llamacpp-bitwise-tiny": ("llama-cpp-python 0.3.36 greedy `generate` on a tiny random Llama (V = 256) as an f32 "
+                              "GGUF with an f32 KV cache: prompt lookup and the model as its own greedy draft vs "
+                              "plain decode, logits rows read by a logits processor. The reproducer shows the same "
+                              "on SmolLM2-135M's Q4_1 GGUF, where the verify batch moves logits by 0.06-0.7 with "
+                              "flash_attn off (the default) and not at all with flash_attn on."),
+    "llamacpp-bitwise": ("llama-cpp-python 0.3.36 greedy `generate` on SmolLM2-135M-Instruct's Q4_1 GGUF as users "
+                         "run it (default f16 KV cache, flash_attn off, one thread), prompt lookup and the model as "
+                         "its own greedy draft vs plain; logits rows read by a logits processor. Batch sizes > 1 "
+                         "are not covered: generate decodes one sequence."),
+})
+NOTES["mlx"] = (
+    "MLX-LM 0.32.2 on the Linux x86-64 CPU build of MLX (mlx[cpu] 0.32.4). Its one speculative method is a "
+    "draft model (`speculative_generate_step`, through `stream_generate`); it has no prompt lookup and no "
+    "batched speculation. Models: tiny random Llamas (`adapters.tiny_llama`) converted by `mlx_lm.convert` "
+    "(float32, checked after loading); the laws are the float64 forward of the same weights (float32 logits "
+    "within ~4e-6). Verification is sample-match: the target samples every position with the user's sampler and "
+    "a draft is kept while it equals that sample, so every emitted token is a target sample: the whole-run "
+    "laws are exact, and the acceptance rate is sum_x p q, not sum_x min(p, q) (with draft = target, sum_x p^2 "
+    "< 1: the identity row fails by design of the rule, `repro_mlx_identity_draft`: measured vs predicted). "
+    "Transforms map to `make_sampler` where MLX-LM's order (top_p, min_p, top_k on the untempered row, "
+    "temperature last) gives the reference's law (min_p m as m^T). Frequency and presence penalties are not "
+    "covered: MLX-LM's count the last 20 tokens of prompt + output, the reference's (OpenAI's) the output only.")
+NOTES["openvino"] = (
+    "OpenVINO GenAI's own C++ pipeline (ContinuousBatchingPipeline, which LLMPipeline uses on CPU) with "
+    "draft_model=, on tiny random Llamas exported by optimum-intel, f32 forced (INFERENCE_PRECISION_HINT and "
+    "KV_CACHE_PRECISION; checked: greedy log-probability within 1e-4 of the float64 law). Plain sampling and prompt "
+    "lookup through the same sampler pass every row (reports/openvino-lookup-*), so the mapping of seeds, "
+    "transforms and processors is not what fails here. The mechanism, from the source (src/cpp/src/sampling/"
+    "sampler.cpp, `validate_candidate`, `sample_from_sequence_group`, as the code reads): a draft x is accepted when "
+    "r <= q(x) / p(y), with q(x) the draft's probability of x, p(y) the target's probability of a fresh target "
+    "sample y (not of x) and r = uniform_int(0, 100) / 100; after a rejection the replacement token is drawn from "
+    "the next target row, which conditions on the rejected draft, not from the residual max(0, p - q). So the "
+    "output law is biased (engine.runs / transform rows), a token the target's min_p removed is emitted (exact "
+    "row), and draft = target rejects drafts (identity). Not a finding row: LLMPipeline with a draft and its "
+    "default scheduler (prefix caching on) dies within a few sampling calls "
+    "(findings/repro/openvino_prefix_cache_crash.py, output in its docstring); the adapter turns prefix caching "
+    "off. Also seen, not a row: seeded runs with a draft model depend on the batch they run in (the same rng_seed "
+    "gives other tokens in a batched call than alone: 113 of 300 runs in findings/repro/"
+    "openvino_draft_seed_reproducibility.py, 6 of 300 with another pair), and once differed between two identical "
+    "calls (5 of 300); plain sampling and prompt lookup never did. OpenVINO's own draft counters "
+    "(SDPerModelsPerfMetrics) are per request only in single-request calls; the identity row uses those.")
+NOTES["openvino-lookup"] = (
+    "OpenVINO GenAI prompt lookup (prompt_lookup=True, max_ngram_size 2) on tiny random Llamas, f32: a "
+    "sample-match rule (accept while the draft equals the target's own sample), exact by construction; no draft "
+    "counters (its results carry no speculative metrics), so the identity row is skipped.")
+_VLLM_ENGINE = (
+    "vLLM's engine (`vllm.LLM`, vllm-cpu 0.32.0) end to end on tiny random Llamas (`adapters/tiny_llama.py`, "
+    "widened from head_dim 16 to 64 because vLLM's CPU attention refuses 16; the float64 law is of the same "
+    "weights), float32, prompts as token ids, every run its own request (seed + i) in one `generate` call. "
+    "Any top-k under speculation raises inside vLLM (`apply_top_k_only` calls max() of an empty tensor), and an "
+    "adapter that raises ends an audit, so the battery's `transforms` and `identity` checks are replaced by the "
+    "same rows without top-k plus one top-k row (findings/vllm_engine_probes.py). Not covered: logit_bias and "
+    "min_p (vLLM refuses them with speculative decoding), banned sequences and grammars (need a tokenizer). "
+    "Refused on CPU: rejection_sample_method='synthetic' (AssertionError: Synthetic acceptance not supported with "
+    "CPU sampling), method='ngram_gpu' (RuntimeError: pin_memory=True requires a CUDA or other accelerator "
+    "backend), method='suffix' (ImportError: Arctic Inference is required), EAGLE (needs an EAGLE head: "
+    "ValueError: There is no module or parameter named 'lm_head' in EagleLlamaForCausalLM). Also: once numba's "
+    "llvmlite is loaded (vLLM's n-gram proposer imports it) no further `LLM` starts in the process "
+    "(AttributeError: '_lib_fn_wrapper' object has no attribute 'get', triton_utils/dispatcher.py; reproducer "
+    "repro_vllm_cpu_engine_llvmlite.py); the adapter hides those modules from vLLM's scan while an engine starts.")
+_FIXED = (" This is the DIAGNOSTIC variant: vllm-cpu's expand shim (vLLM issue #55005) is repaired in-process "
+          "before the engines start, to see whether anything else in the engine is wrong.")
+NOTES.update({name: _VLLM_ENGINE + (_FIXED if name.endswith("-fixed") else "")
+              for name in PLANS if name.startswith("vllm-cpu-engine")})
 
 # not auditable on CPU, said in every SGLang report
 NOT_AUDITABLE = {

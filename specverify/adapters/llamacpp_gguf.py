@@ -1,0 +1,123 @@
+"""A tiny HF Llama folder (`tiny_llama.build`) written as a GGUF file for llama.cpp, f32 throughout.
+
+The writer is llama.cpp's own Python package `gguf` (gguf-py, from the llama.cpp repository):
+`gguf.GGUFWriter` for the file, `gguf.get_tensor_name_map(MODEL_ARCH.LLAMA, n)` for the tensor
+names. Nothing is quantized (file type ALL_F32), so llama.cpp computes with the very weights whose
+float64 forward gives the law.
+
+llama.cpp's own converter (`convert_hf_to_gguf.py`, in the llama.cpp tree that llama-cpp-python's
+sdist vendors) is not used: on a tiny folder it first needs `sentencepiece` (ModuleNotFoundError),
+then, after tokenizer.model and a Llama BPE tokenizer are not found, it hashes the tokenizer's
+output on a test string and stops at "NotImplementedError: BPE pre-tokenizer was not recognized -
+update get_vocab_base_pre()" (with extra_tokens < 3 at "WordLevel error: Missing [UNK] token"):
+it accepts only tokenizers it recognises, and the tiny models' WordLevel tokenizer is not one.
+The battery feeds token ids, so the vocabulary is only what
+llama.cpp needs to load the model: a "llama" (SentencePiece-style) vocabulary of the tiny model's
+token strings "t0".."t{V-1}" with score 0 and type NORMAL. Without BOS / EOS keys llama.cpp assumes
+its SentencePiece defaults (BOS 1, EOS 2): `Llama.generate` never stops at EOS (only the completion
+API does) and never adds BOS to a token-id prompt, so those ids are ordinary tokens here.
+
+Layout: HF's q_proj / k_proj rows are ordered for the "rotate half" RoPE; llama.cpp's LLAMA graph
+rotates adjacent pairs (its "normal" RoPE), so each head's rows are reordered from (half, i) to
+(i, half) -- the same reordering llama.cpp's converter applies to Llama checkpoints. A wrong
+reordering shows at once: the engine's logits would not match the float64 law (tests/test_llamacpp.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from specverify.errors import InputError
+
+from . import installed
+
+INSTALL = ("bash specverify/findings/install_llamacpp.sh VENV   (llama-cpp-python 0.3.36 built for AVX2, "
+           "and its gguf package)")
+GGUF_NAME = "model-f32.gguf"
+STAMP = "specverify-gguf.json"        # the HF stamp it was written from; a mismatch rewrites the file
+
+
+def load(module: str):
+    """Import `module` of llama-cpp-python / gguf, or InputError with the install command (one line)."""
+    installed.HINTS.setdefault("llamacpp", INSTALL)
+    return installed.load("llamacpp", module)
+
+
+def _rope_rows(w: np.ndarray, heads: int) -> np.ndarray:
+    """HF rotate-half row order -> llama.cpp's adjacent-pair order, per head ([out, in] weights)."""
+    out, inp = w.shape
+    d = out // heads
+    return w.reshape(heads, 2, d // 2, inp).transpose(0, 2, 1, 3).reshape(out, inp)
+
+
+def export(folder) -> Path:
+    """Write `folder`/model-f32.gguf from the HF folder (once; kept while the folder is unchanged)."""
+    folder = Path(folder)
+    hf_stamp = folder / "specverify-tiny-llama.json"
+    if not hf_stamp.exists():
+        raise InputError(f"llamacpp: {folder} is not a folder written by tiny_llama.build")
+    path, stamp = folder / GGUF_NAME, folder / STAMP
+    key = hf_stamp.read_text()
+    if path.exists() and stamp.exists() and stamp.read_text() == key:
+        return path
+    gguf = load("gguf")
+    from safetensors.numpy import load_file
+
+    cfg = json.loads((folder / "config.json").read_text())
+    tensors = load_file(str(folder / "model.safetensors"))
+    vocab = int(cfg["vocab_size"])
+    layers, heads, kv_heads = int(cfg["num_hidden_layers"]), int(cfg["num_attention_heads"]), int(cfg["num_key_value_heads"])
+    hidden = int(cfg["hidden_size"])
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, layers)
+    tmp = path.with_suffix(".tmp")
+    w = gguf.GGUFWriter(str(tmp), "llama")
+    w.add_name(folder.name)
+    w.add_context_length(int(cfg["max_position_embeddings"]))
+    w.add_embedding_length(hidden)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(int(cfg["intermediate_size"]))
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_rope_dimension_count(int(cfg.get("head_dim") or hidden // heads))
+    rope = cfg.get("rope_parameters") or {}
+    if rope.get("rope_type", "default") != "default":
+        raise InputError(f"llamacpp: rope_type {rope.get('rope_type')!r} is not exported (only the default RoPE)")
+    w.add_rope_freq_base(float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))))
+    w.add_layer_norm_rms_eps(float(cfg["rms_norm_eps"]))
+    w.add_vocab_size(vocab)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    words = json.loads((folder / "tokenizer.json").read_text())["model"]["vocab"]
+    by_id = sorted(words.items(), key=lambda kv: kv[1])
+    if [i for _, i in by_id] != list(range(vocab)):
+        raise InputError(f"llamacpp: {folder}/tokenizer.json does not name ids 0..{vocab - 1} once each")
+    w.add_tokenizer_model("llama")
+    w.add_token_list([s for s, _ in by_id])
+    w.add_token_scores([0.0] * vocab)
+    special = {cfg.get("eos_token_id"), cfg.get("bos_token_id"), cfg.get("pad_token_id")} - {None}
+    w.add_token_types([int(gguf.TokenType.CONTROL if i in special else gguf.TokenType.NORMAL) for i in range(vocab)])
+    if cfg.get("eos_token_id") is not None:
+        w.add_eos_token_id(int(cfg["eos_token_id"]))
+    if cfg.get("bos_token_id") is not None:
+        w.add_bos_token_id(int(cfg["bos_token_id"]))
+    w.add_add_bos_token(False)
+    for hf_name, t in tensors.items():
+        base, dot, suffix = hf_name.rpartition(".")
+        name = names.get_name(base)
+        if name is None:
+            raise InputError(f"llamacpp: no GGUF name for tensor {hf_name!r}")
+        t = np.ascontiguousarray(t, np.float32)
+        if base.endswith("self_attn.q_proj"):
+            t = _rope_rows(t, heads)
+        elif base.endswith("self_attn.k_proj"):
+            t = _rope_rows(t, kv_heads)
+        w.add_tensor(f"{name}.{suffix}", np.ascontiguousarray(t))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    tmp.replace(path)
+    stamp.write_text(key)
+    return path

