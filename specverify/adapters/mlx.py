@@ -91,7 +91,7 @@ from specverify.errors import AdapterError, InputError
 from specverify.reference.batch import PAD
 
 from . import installed
-from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult
+from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult, chat_prompts
 
 INSTALL = "bash specverify/findings/install_mlx.sh VENV   (pip install 'mlx[cpu]==0.32.4' mlx-lm==0.32.2)"
 PINS = {"mlx-lm": "0.32.2", "mlx": "0.32.4"}
@@ -455,15 +455,7 @@ def perturbed(model, noise: float, seed: int = 0):
 
 def smollm2():
     """`mlx-bitwise`: SmolLM2-135M-Instruct (GGUF -> transformers -> mlx_lm.convert, float32), the repo's prompts."""
-    from specverify.engine.bitwise import load_prompts
     folder = smollm2_folder()
     model, tokenizer = load(export(folder))
-    prompts = []
-    for _, chat, text in load_prompts(256, full=True):
-        if chat:
-            ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
-            ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
-        else:
-            ids = tokenizer.encode(text)
-        prompts.append(tuple(int(t) for t in ids))
+    prompts = chat_prompts(tokenizer, tokenizer.encode)
     return MlxGreedy(model, perturbed(model, SMOLLM2_DRAFT_NOISE), "SmolLM2-135M-mlx", prompts)

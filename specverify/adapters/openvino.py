@@ -87,7 +87,7 @@ from specverify.errors import AdapterError, InputError
 from specverify.reference.batch import PAD
 
 from . import installed
-from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult
+from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult, chat_prompts
 
 INSTALL = "bash specverify/findings/install_openvino.sh VENV   (openvino, openvino-genai, openvino-tokenizers 2026.4.1, optimum-intel 2.2.0)"
 PROPERTIES = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
@@ -429,14 +429,6 @@ def smollm2_prompts(path) -> tuple:
     """The repo's prompt set as SmolLM2 token ids (transformers' tokenizer from the GGUF, chat template)."""
     from transformers import AutoTokenizer
 
-    from specverify.engine.bitwise import load_prompts
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    out = []
-    for _, chat, text in load_prompts(256, full=True):
-        if chat:
-            ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
-            ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
-        else:
-            ids = tok(text)["input_ids"]
-        out.append(tuple(int(t) for t in ids))
+    out = chat_prompts(tok)
     return tuple(out)

