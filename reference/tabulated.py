@@ -23,7 +23,6 @@ import numpy as np
 
 from specverify.errors import InputError
 
-from .toy import prefix_index
 from .transforms import Transform, apply
 
 
@@ -119,6 +118,3 @@ class TabulatedModel:
 
     def probs_at(self, index: np.ndarray, transform: Transform | None = None) -> np.ndarray:
         return apply(self.logits_at(index), transform)
-
-    def index(self, prefix) -> int:
-        return prefix_index(prefix, self.vocab_size)

@@ -430,5 +430,4 @@ def smollm2_prompts(path) -> tuple:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    out = chat_prompts(tok)
-    return tuple(out)
+    return chat_prompts(tok)

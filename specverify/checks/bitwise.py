@@ -220,7 +220,7 @@ def _run_all(runner, runs: list, ctx, helpers: bool) -> dict:
         for _ in range(extra):
             handles.append(ctx.open_engine())
         runners = [runner] + [_Runner(h, runner.info, runner.variant, runner.prompts, runner.L, ctx) for h in handles]
-        free, lock, todo = list(runners), threading.Lock(), list(runs)
+        free, lock = list(runners), threading.Lock()
 
         def task(r):
             with lock:
@@ -232,7 +232,7 @@ def _run_all(runner, runs: list, ctx, helpers: bool) -> dict:
                     free.append(who)
 
         with ThreadPoolExecutor(len(runners), thread_name_prefix="specverify-bitwise") as pool:
-            return dict(pool.map(task, todo))
+            return dict(pool.map(task, runs))
     finally:
         for h in handles:
             h.close()
