@@ -103,7 +103,12 @@ class VerifyBatch:
     def request(self, b: int):
         """(draft ids [k], target rows [k+1, V], draft rows [k, V] or None, greedy) of request b."""
         k = int(self.num_draft_tokens[b])
-        d0 = int(self.draft_start[b])
+        starts = self.__dict__.get("_request_starts")
+        if starts is None:     # request()'s own copy (a batch is read one request at a time: computing
+            # the offsets per call made reading a batch quadratic); the public properties stay fresh arrays
+            starts = self.draft_start
+            object.__setattr__(self, "_request_starts", starts)
+        d0 = int(starts[b])
         t0 = d0 + b
         draft = None if self.draft_probs is None else self.draft_probs[d0:d0 + k]
         return self.draft_token_ids[d0:d0 + k], self.target_probs[t0:t0 + k + 1], draft, bool(self.greedy[b])

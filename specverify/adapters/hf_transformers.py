@@ -107,6 +107,7 @@ class TransformersSampler:
 
     def verify(self, batch, coins):
         out = np.full((batch.batch_size, batch.max_spec_len + 1), PAD, np.int64)
+        draft_start = batch.draft_start
         for b in range(batch.batch_size):
             drafts, target, draft, greedy = batch.request(b)
             if greedy:
@@ -117,7 +118,7 @@ class TransformersSampler:
                 k = int(np.flatnonzero(drafts < 0)[0])
                 drafts, target = drafts[:k], target[:k + 1]
                 draft = None if draft is None else draft[:k]
-            s = int(batch.draft_start[b])
+            s = int(draft_start[b])
             tok = self.one(drafts, target, draft, coins.accept[s:s + drafts.size], coins.final[b])
             out[b, :tok.size] = tok
         return out

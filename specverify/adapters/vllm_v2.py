@@ -87,8 +87,9 @@ class VllmV2Sampler:
         drafts_np = batch.draft_token_ids
         seeds = np.zeros(b, np.int64)
         self._u = {}
+        draft_start = batch.draft_start
         for r in range(b):
-            kb, d0 = int(batch.num_draft_tokens[r]), int(batch.draft_start[r])
+            kb, d0 = int(batch.num_draft_tokens[r]), int(draft_start[r])
             draft_sampled[start[r] + 1:start[r] + 1 + kb] = drafts_np[d0:d0 + kb]
             c = np.asarray(coins.accept[d0:d0 + kb], np.float64)
             seeds[r] = seed_of(np.concatenate([[coins.final[r]], c]))
@@ -100,7 +101,7 @@ class VllmV2Sampler:
         if batch.draft_probs is not None:
             dl = np.full((b, max(k, 1), vocab), -np.inf, np.float32)
             for r in range(b):
-                kb, d0 = int(batch.num_draft_tokens[r]), int(batch.draft_start[r])
+                kb, d0 = int(batch.num_draft_tokens[r]), int(draft_start[r])
                 with np.errstate(divide="ignore"):
                     dl[r, :kb] = np.log(batch.draft_probs[d0:d0 + kb])
             draft = torch.from_numpy(dl)
