@@ -8,7 +8,8 @@
         new_b = its unfed tokens (the prompt, or the last emitted token) + drafts_b
         logits = target.forward(build_step(new_b, n_logits_b = len(drafts_b) + 1))   # [sum, V]
         per request: its rows processed (penalties, bias, bans, min_tokens: row i with output + drafts_b[:i])
-                     emitted, m = sample_request(its rows, drafts_b, q_b, params, rng)
+        all rows checked finite; every sampled request's rows transformed (one call per distinct setting)
+        per request: emitted, m = the chain rule on its rows (greedy: argmax) with its own generator
                      roll the KV back to the finalized tokens (old length + m)
                      append emitted tokens one by one, stopping at EOS / stop token / stop
                      string / max_tokens (the rest of an accepted run is discarded)
@@ -32,7 +33,7 @@ from . import processors
 from .kv_cache import SeqKV
 from .layout import build_step
 from .metrics import SpecMetrics
-from .sampler import sample_request
+from .sampler import check_finite, greedy_verify, probs_many, sample_probs
 from .scheduler import KappaSchedule, Scheduler
 
 
@@ -93,7 +94,7 @@ class SamplingParams:
             raise InputError(f"kappa {self.kappa} must be >= 0")
 
 
-@dataclass
+@dataclass(eq=False)          # a request is an entity: compared by identity (the scheduler removes it from its list)
 class Request:
     id: int
     prompt: list
@@ -205,16 +206,25 @@ class Engine:
         self.metrics.num_steps += 1
         self.metrics.num_request_steps += len(running)
 
-        events = []
-        row = 0
-        for req, (drafts, q_rows), nl in zip(running, proposals, n_logits):
+        rows_of, row = [], 0
+        for req, (drafts, _), nl in zip(running, proposals, n_logits):
             rows = logits[row:row + nl]
             row += nl
-            drafts = list(drafts)
             if processors.active(req.params):      # row i conditions on output + drafts 0..i-1
-                rows = torch.from_numpy(processors.process_rows(rows, req.prompt, req.output, drafts, req.params,
-                                                                req.stop_ids))
-            emitted, m = sample_request(rows, drafts, q_rows, req.params, req.rng)
+                rows = torch.from_numpy(processors.process_rows(rows, req.prompt, req.output, list(drafts),
+                                                                req.params, req.stop_ids))
+            rows_of.append(rows)
+        check_finite(torch.cat(rows_of) if len(rows_of) > 1 else rows_of[0])
+        sampled = [i for i, req in enumerate(running) if req.params.temperature != 0]
+        probs = dict(zip(sampled, probs_many([rows_of[i] for i in sampled], [running[i].params for i in sampled])))
+
+        events = []
+        for i, (req, (drafts, q_rows)) in enumerate(zip(running, proposals)):
+            rows, drafts = rows_of[i], list(drafts)
+            if i in probs:
+                emitted, m = sample_probs(probs[i], drafts, q_rows, req.rng)
+            else:
+                emitted, m = greedy_verify(rows, drafts)
             self.metrics.record_verify(len(drafts), m)
             req.num_steps += 1
             old_len = len(req.tokens)

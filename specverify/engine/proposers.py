@@ -19,7 +19,7 @@ import torch
 from . import processors
 from .kv_cache import SeqKV
 from .layout import build_step
-from .sampler import draw, transform_probs
+from .sampler import draw, probs_many
 
 
 class NgramProposer:
@@ -85,18 +85,23 @@ class DraftModelProposer:
                 new.append(toks[seqs[b].num_computed:])
             batch = build_step(self.cache, [seqs[b] for b in live], new, [1] * len(live))
             logits = self.model.forward(batch, self.cache)                  # [len(live), V]
+            rows = []
             for row, b in enumerate(live):
                 p = reqs[b].params
                 r = logits[row:row + 1]
                 if processors.active(p):              # the draft's row sees output + drafts so far too
                     r = torch.from_numpy(processors.process_row(r[0].numpy(), reqs[b].prompt,
                                                                 reqs[b].output + drafts[b], p, reqs[b].stop_ids)[None])
-                if p.temperature == 0:
-                    drafts[b].append(int(torch.argmax(r[0])))
-                else:
-                    q = processors.min_p_filter(transform_probs(r, p.temperature, p.top_k, p.top_p), p.min_p)[0]
+                rows.append(r)
+            sampled = [j for j, b in enumerate(live) if reqs[b].params.temperature != 0]
+            probs = dict(zip(sampled, probs_many([rows[j] for j in sampled], [reqs[live[j]].params for j in sampled])))
+            for j, b in enumerate(live):
+                if j in probs:
+                    q = probs[j][0]
                     drafts[b].append(draw(q, reqs[b].draft_rng.random()))
                     qrows[b].append(q)
+                else:
+                    drafts[b].append(int(torch.argmax(rows[j][0])))
             live = [b for b in live if len(drafts[b]) < ks[b]]
         out = []
         for b, r in enumerate(reqs):

@@ -101,17 +101,52 @@ def chain_verify(p_rows: np.ndarray, drafts, q_rows: np.ndarray | None, accept_c
     return out, len(drafts)
 
 
-def sample_request(logits_rows, drafts, q_rows, params, rng) -> tuple[list, int]:
-    """Verify one request's drafts (0..kappa) against its target logits rows [k+1, V]."""
-    # each row's max is NaN if the row holds a NaN, +inf if it holds +inf, -inf if every entry is -inf
-    # (-inf alone is a masked token): one pass over the rows instead of four
+def check_finite(logits_rows) -> None:
+    """InputError unless every row [R, V] is usable: each row's max is NaN if the row holds a NaN, +inf
+    if it holds +inf, -inf if every entry is -inf (-inf alone is a masked token): one pass over the rows."""
     if not bool(torch.isfinite(logits_rows.amax(dim=-1)).all()):
         raise InputError("the model produced NaN, +inf or all -inf logits: its weights or its inputs are broken")
-    if params.temperature == 0:
-        return greedy_verify(logits_rows, drafts)
-    p_rows = min_p_filter(transform_probs(logits_rows, params.temperature, params.top_k, params.top_p),
-                          getattr(params, "min_p", 0.0))
+
+
+def probs_of(logits_rows, params) -> np.ndarray:
+    """The probabilities [R, V] of one request's logits rows under its transform and min_p."""
+    return min_p_filter(transform_probs(logits_rows, params.temperature, params.top_k, params.top_p),
+                        getattr(params, "min_p", 0.0))
+
+
+def probs_many(rows_list: list, params_list: list) -> list:
+    """probs_of for many requests, in one call per distinct (temperature, top_k, top_p, min_p): every
+    step of the transform is row-wise (a division, max, exp, sequential sums along the row, partition,
+    a stable argsort per row), so a row's probabilities are bit for bit those of one call per request,
+    whatever rows it is stacked with."""
+    groups: dict = {}
+    for i, params in enumerate(params_list):
+        key = (params.temperature, params.top_k, params.top_p, getattr(params, "min_p", 0.0))
+        groups.setdefault(key, []).append(i)
+    out = [None] * len(rows_list)
+    for idx in groups.values():
+        rows = [rows_list[i] for i in idx]
+        stacked = probs_of(torch.cat(rows) if isinstance(rows[0], torch.Tensor) else np.concatenate(rows),
+                           params_list[idx[0]])
+        start = 0
+        for i, r in zip(idx, rows):
+            out[i] = stacked[start:start + r.shape[0]]
+            start += r.shape[0]
+    return out
+
+
+def sample_probs(p_rows: np.ndarray, drafts, q_rows, rng) -> tuple[list, int]:
+    """The chain rule on one request's transformed rows p [k+1, V], its coins from its generator: one
+    acceptance coin per draft, then the final coin."""
     k = len(drafts)
     accept_coins = rng.random(k) if k else ()
     final_coin = rng.random()
     return chain_verify(p_rows, drafts, q_rows, accept_coins, final_coin)
+
+
+def sample_request(logits_rows, drafts, q_rows, params, rng) -> tuple[list, int]:
+    """Verify one request's drafts (0..kappa) against its target logits rows [k+1, V]."""
+    check_finite(logits_rows)
+    if params.temperature == 0:
+        return greedy_verify(logits_rows, drafts)
+    return sample_probs(probs_of(logits_rows, params), drafts, q_rows, rng)
