@@ -7,7 +7,8 @@
     timeout   finite float > 0            seconds one adapter call may take          default 120
     checks    None (every check that applies) or names from `specverify.audit.BATTERY`, in the
               battery's order; a name given twice counts once
-    full      bool                        engine checks at their full size           default False
+    size      "quick", "standard" or "full": how large the engine-level greedy bitwise runs are
+              (`checks.bitwise.SIZES`; an engine may choose its default)  default "standard"
 
 Precedence, highest first: what the user gives (flags, keyword arguments, the pytest marker or
 command line), the adapter's own `audit_defaults` (an engine may size its defaults to its speed, e.g.
@@ -28,6 +29,7 @@ MIN_SAMPLES = 100
 # about 2.5 kB a sample at the peak, so 4 million samples a problem need ~10 GB
 MAX_SAMPLES = 4_000_000
 MAX_SEED = 2**63 - 1
+SIZES = ("quick", "standard", "full")    # the bitwise check's sizes (`checks.bitwise.SIZES` holds what each runs)
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class Settings:
     alpha: float = 1e-3
     timeout: float = 120.0
     checks: tuple | None = None
-    full: bool = False
+    size: str = "standard"
 
     def to_dict(self) -> dict:
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
@@ -94,8 +96,10 @@ def check_value(name: str, value, battery, label: str | None = None):
         return timeout
     if name == "checks":
         return validate_checks(value, battery, label)
-    if name == "full":
-        return bool(value)
+    if name == "size":
+        if value not in SIZES:
+            raise InputError(f"{label} {value!r}: must be one of {', '.join(SIZES)}")
+        return value
     raise InputError(f"unknown setting {name!r}; known: {', '.join(NAMES)}")
 
 

@@ -161,6 +161,22 @@ def test_every_flag_is_checked_before_the_adapter_is_built(plugins, tmp_path, fl
     assert not marker.exists(), "the adapter was built before the flags were checked"
 
 
+def test_the_bitwise_size_is_a_named_choice_and_an_engine_may_pick_its_default():
+    from specverify import settings
+    from specverify.audit import BATTERY
+    from specverify.checks import bitwise
+    assert tuple(bitwise.SIZES) == settings.SIZES
+    with pytest.raises(InputError, match="size 'huge': must be one of quick, standard, full"):
+        settings.resolve({"size": "huge"}, None, BATTERY)
+    with pytest.raises(InputError, match=r"audit_defaults\['size'\] 'huge'"):
+        settings.resolve({}, {"size": "huge"}, BATTERY)
+    assert settings.resolve({}, {"size": "quick"}, BATTERY).size == "quick"
+    assert settings.resolve({"size": "full"}, {"size": "quick"}, BATTERY).size == "full"   # the user wins
+    assert settings.resolve({}, None, BATTERY).size == "standard"
+    proc = cli("audit", "reference", "--size", "huge")
+    assert proc.returncode == 2 and "invalid choice: 'huge'" in proc.stderr
+
+
 def test_a_report_folder_that_is_not_a_report_is_refused_up_front(plugins, tmp_path):
     keep = tmp_path / "src"
     keep.mkdir()

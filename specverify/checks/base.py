@@ -84,7 +84,7 @@ class Context:
     factory: object = None          # callable() -> a fresh adapter of the engine under audit (the
                                     # seeded checks replay calls on fresh instances); None: skipped
     check: str = ""                 # the battery check running now (named in adapter errors)
-    full: bool = False              # engine checks at their full size (greedy bitwise: 256 prompts ...)
+    size: str = "standard"          # the bitwise check's size (settings.SIZES; checks.bitwise.SIZES)
     jobs: int = 1                   # adapter processes the audit may run at once (`--jobs`)
     open_engine: object = None      # callable() -> one more adapter handle in a worker of its own (the
                                     # caller closes it), or None: a check that can split its calls

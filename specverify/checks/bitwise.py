@@ -52,8 +52,10 @@ class Sizes:
     ragged_batch: int | None      # the ragged layout's batch size (None: no ragged layout)
 
 
-CI = Sizes(32, 64, (1, 3, 7), (8,), 8)
+QUICK = Sizes(16, 32, (1, 3, 7), (8,), 8)         # the main job's size for our own engine (about 3 CPU-min)
+STANDARD = Sizes(32, 64, (1, 3, 7), (8,), 8)      # every other engine's default
 FULL = Sizes(256, 256, (1, 2, 3, 4, 5, 6, 7), (2, 4, 8, 16, 32, 64), 8)
+SIZES = {"quick": QUICK, "standard": STANDARD, "full": FULL}    # by `settings.SIZES` name
 CONTROL = Sizes(4, 16, (3,), (8,), None)     # the negative control: enough to see last-bit divergence
 
 
@@ -319,7 +321,7 @@ def run(engine, ctx, sizes: Sizes | None = None) -> list[CheckResult]:
         raise AdapterError(f"{what}: no variant has the role {SUBJECT!r}: nothing would be checked")
     rows = []
     for variant, role in info.variants.items():
-        sz = CONTROL if role == NEGATIVE_CONTROL else sizes or (FULL if getattr(ctx, "full", False) else CI)
+        sz = CONTROL if role == NEGATIVE_CONTROL else sizes or SIZES[getattr(ctx, "size", "standard")]
         layouts = _layouts(sz, info)
         prompts = _prompts(info, sz.n_prompts, ctx.rng("bitwise", "prompts"))
         runner = _Runner(engine, info, variant, prompts, sz.max_tokens, ctx)

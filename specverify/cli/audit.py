@@ -8,6 +8,7 @@ import sys
 
 from specverify.adapters.registry import described
 from specverify.format import fmt
+from specverify.settings import SIZES
 
 HELP = """\
 Audit a speculative-decoding implementation against the exact rules.
@@ -18,7 +19,7 @@ states the smallest total-variation deviation it detects with probability 0.99 a
 Exact checks (a zero-probability token emitted) fail outright.
 
 engines:
-""" + "".join(f"  {k:<26}{v}\n" for k, v in described().items()) + """\
+""" + "".join(f"  {k:<26}{v}\n" if len(k) < 26 else f"  {k}\n  {'':<26}{v}\n" for k, v in described().items()) + """\
   pkg.module:factory        your adapter (see the README's plug-in section)
   path/to/file.py:factory   the same, from a file
 
@@ -38,8 +39,11 @@ def register(sub) -> None:
     p.add_argument("--timeout", type=float, default=None, help="seconds one adapter call may take (default 120)")
     p.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH ('-' for stdout)")
     p.add_argument("--report", metavar="DIR", help="also write an HTML + Markdown report of the result to DIR")
-    p.add_argument("--full", action="store_true",
-                   help="engine checks at full size (greedy bitwise: 256 prompts x 256 tokens, kappa 1..7, batch 1..64)")
+    p.add_argument("--size", choices=SIZES, default=None,
+                   help="size of the greedy bitwise runs: quick 16 prompts x 32 tokens, standard 32 x 64 (both kappa "
+                        "1, 3, 7 at batch 1, 8 and ragged 8), full 256 x 256 (kappa 1..7, batch 1..64) (default: "
+                        "standard, or the engine's own default: quick for specverify)")
+    p.add_argument("--full", action="store_const", const="full", dest="size", help="the same as --size full")
     p.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="checks run side by side, each job with an adapter process of its own; results are "
                         "identical to --jobs 1 (default: the number of CPU cores)")
@@ -88,7 +92,7 @@ def run(args) -> int:
         check_replaceable(args.report)
         check_writable(args.report, folder=True)
     given = {"seed": args.seed, "samples": args.samples, "alpha": args.alpha, "timeout": args.timeout,
-             "checks": args.checks, "full": args.full or None}
+             "checks": args.checks, "size": args.size}
     progress = Progress(quiet=args.quiet)
     try:
         result = prepare(args.engine, given, progress=progress, label=lambda name: f"--{name}",
