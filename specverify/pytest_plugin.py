@@ -23,7 +23,7 @@ seeded checks, which need fresh instances, are skipped).
 Settings (the first given wins): keyword arguments, the `specverify` marker, the command line
 (`--specverify-samples`, `--specverify-seed`, `--specverify-alpha`, `--specverify-timeout`), the
 adapter's own `audit_defaults`, the defaults of `specverify audit` (`specverify.settings`: 200000
-samples, seed 0, alpha 1e-3, all checks).
+samples, seed 0, alpha 1e-3, all checks, bitwise size standard).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import pytest
 
 from specverify.format import fmt
 
-SETTINGS = ("samples", "seed", "alpha", "timeout", "checks")   # what a test may set (`specverify.settings`)
+SETTINGS = ("samples", "seed", "alpha", "timeout", "checks", "size")   # what a test may set (`specverify.settings`)
 
 
 def pytest_addoption(parser):
@@ -46,7 +46,7 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
-        "specverify(samples=None, seed=None, alpha=None, timeout=None, checks=None): settings of the "
+        "specverify(samples=None, seed=None, alpha=None, timeout=None, checks=None, size=None): settings of the "
         "specverify exactness gate (the `specverify` fixture) in this test")
 
 
