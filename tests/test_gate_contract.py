@@ -207,16 +207,20 @@ def test_the_pytest_marker_and_options_are_checked_with_one_line(tmp_path):
         "def test_bad_keyword(specverify):\n"
         "    specverify.assert_exact('reference', alpha=2.0)\n"
         "def test_typo_capability(specverify):\n"
-        f"    specverify.assert_exact({str(tmp_path / 'a.py')!r} + ':typo')\n")
+        f"    specverify.assert_exact({str(tmp_path / 'a.py')!r} + ':typo')\n"
+        "@pytest.mark.specverify(size='huge')\n"
+        "def test_bad_size(specverify):\n"
+        "    specverify.assert_exact('reference')\n")
     (tmp_path / "a.py").write_text(ADAPTERS)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_gate.py")],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     out = proc.stdout
-    assert proc.returncode == 1 and "4 failed" in out, out[-3000:]
+    assert proc.returncode == 1 and "5 failed" in out, out[-3000:]
     assert "specverify: @pytest.mark.specverify(samples=...) -5: must be an integer in [100, 4000000]" in out
     assert "specverify: @pytest.mark.specverify takes keyword settings" in out and "'sample'" in out
     assert "specverify: alpha= 2.0: must be in (0, 1)" in out
     assert "specverify: adapter 'typo': unknown capability name(s) chian" in out
+    assert "'huge': must be one of quick, standard, full" in out
     assert "Traceback" not in out and "InputError" not in out
 
 
