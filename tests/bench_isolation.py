@@ -64,7 +64,10 @@ def bench_verify() -> None:
 
 
 def rows(result) -> list:
-    return [(c.name, c.verdict, c.statistic, c.p_value, c.n, c.detail) for c in result.checks]
+    """The rows to compare; without `contract.inputs_unchanged`, which only an audit through a handle
+    has (the handle is what checks the inputs)."""
+    return [(c.name, c.verdict, c.statistic, c.p_value, c.n, c.detail) for c in result.checks
+            if c.name != "contract.inputs_unchanged"]
 
 
 def cpu_seconds() -> float:
