@@ -89,9 +89,11 @@ REPRODUCERS = {
                  ("large_vocab[zero-residual", "vllm_cpu_residual_zero")],
     **{name: [("top_k", "vllm_cpu_engine_top_k"), ("engine.", "vllm_cpu_engine_spec_law")]
        for name in ("vllm-cpu-engine", "vllm-cpu-engine-probabilistic", "vllm-cpu-engine-ngram", "vllm-cpu-engine-block")},
-    **{name: [("top_k", "vllm_cpu_engine_top_k")]
-       for name in ("vllm-cpu-engine-fixed", "vllm-cpu-engine-probabilistic-fixed", "vllm-cpu-engine-ngram-fixed",
-                    "vllm-cpu-engine-block-fixed")},
+    # shim repaired: what is left of the draft-model rows is the scheduler's placeholder (-1) drafts for a new
+    # one-token request, accepted by the C++ rejection op (no `draft_token_id < 0` guard)
+    **{name: [("top_k", "vllm_cpu_engine_top_k"), ("engine.", "vllm_cpu_engine_draft_law")]
+       for name in ("vllm-cpu-engine-fixed", "vllm-cpu-engine-probabilistic-fixed", "vllm-cpu-engine-block-fixed")},
+    "vllm-cpu-engine-ngram-fixed": [("top_k", "vllm_cpu_engine_top_k")],
     "vllm-cpu-bitwise-tiny": [],
     "vllm-cpu-bitwise": [],
     "transformers-assisted": [("identity", "transformers_identity_draft")],
