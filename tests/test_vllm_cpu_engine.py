@@ -116,4 +116,5 @@ def test_llm_after_ngram_in_one_process(pair):
     eng.generate(target, draft, (1,), 2, Transform(temperature=0.0), 0, 4, 4)
     other = v.VllmCpuEngine(v.DRAFT)
     tok, info = other.generate(target, draft, (1,), 2, Transform(temperature=0.0), 0, 4, 4)
-    assert tok.shape == (4, 4) and info["num_drafted"] > 0
+    # greedy drafting: q one-hot, draft = target accepts with p(argmax) < 1, so no identity counters
+    assert tok.shape == (4, 4) and info == {}
