@@ -34,8 +34,11 @@ vLLM batches them, as in production):
     tokens        outputs[0].token_ids, PAD (-1) after a run that stopped early
     info          {"num_drafted", "num_accepted"}: the deltas of vLLM's own Prometheus counters
                   vllm:spec_decode_num_draft_tokens / vllm:spec_decode_num_accepted_tokens over the call
-                  (`LLM.get_metrics()`, needs disable_log_stats=False); none for ngram (its drafts do
-                  not come from the draft model, so draft = target says nothing)
+                  (`LLM.get_metrics()`, needs disable_log_stats=False), for probabilistic drafting only:
+                  none for ngram (its drafts do not come from the draft model, so draft = target says
+                  nothing) nor for greedy drafting (draft and block: q is one-hot on the draft's argmax,
+                  so draft = target accepts a draft x only with probability p(x) < 1 -- the identity
+                  rule does not apply)
 
 Processors (`processors`), each to vLLM's own SamplingParams field:
 
@@ -394,7 +397,7 @@ class VllmCpuEngine:
         for i, out in enumerate(outs):
             ids = list(out.outputs[0].token_ids)[: int(length)]
             tokens[i, :len(ids)] = ids
-        info = {} if self.method == NGRAM else {"num_drafted": d1 - d0, "num_accepted": a1 - a0}
+        info = {"num_drafted": d1 - d0, "num_accepted": a1 - a0} if self.method == PROBABILISTIC else {}
         return tokens, info
 
 

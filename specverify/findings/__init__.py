@@ -89,7 +89,10 @@ REPRODUCERS = {
                  ("large_vocab[zero-residual", "vllm_cpu_residual_zero")],
     **{name: [("top_k", "vllm_cpu_engine_top_k"), ("engine.", "vllm_cpu_engine_spec_law")]
        for name in ("vllm-cpu-engine", "vllm-cpu-engine-probabilistic", "vllm-cpu-engine-ngram", "vllm-cpu-engine-block")},
-    **{name: [("top_k", "vllm_cpu_engine_top_k")]
+    # shim repaired: what is left of the draft-model rows is the scheduler's placeholder (-1) drafts for a new
+    # one-token request, accepted by the C++ rejection op (no `draft_token_id < 0` guard)
+    # (n-gram pads the same way; its rows pass at their power, the mapping is there if one fails)
+    **{name: [("top_k", "vllm_cpu_engine_top_k"), ("engine.", "vllm_cpu_engine_draft_law")]
        for name in ("vllm-cpu-engine-fixed", "vllm-cpu-engine-probabilistic-fixed", "vllm-cpu-engine-ngram-fixed",
                     "vllm-cpu-engine-block-fixed")},
     "vllm-cpu-bitwise-tiny": [],
@@ -253,8 +256,45 @@ _VLLM_ENGINE = (
     "repro_vllm_cpu_engine_llvmlite.py); the adapter hides those modules from vLLM's scan while an engine starts.")
 _FIXED = (" This is the DIAGNOSTIC variant: vllm-cpu's expand shim (vLLM issue #55005) is repaired in-process "
           "before the engines start, to see whether anything else in the engine is wrong.")
-NOTES.update({name: _VLLM_ENGINE + (_FIXED if name.endswith("-fixed") else "")
-              for name in PLANS if name.startswith("vllm-cpu-engine")})
+_PLACEHOLDERS = (
+    "\n\nWhat is left once the shim is repaired (seen failing with a draft model, greedy or probabilistic drafting): the "
+    "scheduler pads a new request with one token left to compute (here the one-token prompt), scheduled beside "
+    "running requests, to 1 + k rows with placeholder drafts [-1] * k (vllm/v1/core/sched/scheduler.py, \"Pad new "
+    "decode requests to uniform spec decoding size\"), and the C++ rejection op "
+    "(torch.ops._C.rejection_random_sample_kernel_impl) has no `draft_token_id < 0` guard (the Triton kernel has "
+    "it, vLLM PR #46533): it accepts the -1 with the probability found at index -1 of its row, and the request's "
+    "first token is then drawn from the row computed after the -1 input, a wrong context (reproducer "
+    "repro_vllm_cpu_engine_draft_law.py; ~0.6% of such requests). With that guard added as well, the runs and "
+    "top-p rows pass on the same models (findings/vllm_engine_guard.py: runs chi2 p = 0.59 greedy / 0.16 "
+    "probabilistic drafting at 20,000 runs, 0 runs of probability 0 in 10,000 at top-p 0.8). n-gram pads the same "
+    "way and its placeholders are accepted too (110 of 1,744 padded requests in a logged run at top-p 1; none at "
+    "top-p 0.8, where the entry read at index -1 was always 0 on these models), below its rows' power here.")
+_GREEDY_IDENTITY = (
+    " Identity rows are skipped here by design: with greedy drafting (vLLM's default draft_sample_method) q is "
+    "one-hot on the draft's argmax, so a draft x of draft = target is accepted with probability p(x) < 1; the "
+    "identity rule applies to probabilistic drafting only (vllm-cpu-engine-probabilistic).")
+_BLOCK = (
+    " rejection_sample_method='block' starts and runs on CPU, but is NOT block verification: block verification "
+    "exists only in the model runner v2 (vllm/v1/worker/gpu/spec_decode/rejection_sampler.py, "
+    "`use_block_verification`); the CPU worker runs the v1 runner (CPUModelRunner subclasses "
+    "v1/worker/gpu_model_runner.py's GPUModelRunner), whose RejectionSampler (v1/sample/rejection_sampler.py) has "
+    "no block path, and v1/spec_decode/llm_base_proposer.py keeps draft probabilities only for "
+    "rejection_sample_method == 'standard'. So this variant is standard chain verification with greedy drafting "
+    "-- the same engine as vllm-cpu-engine -- silently, without a warning.")
+
+
+def _vllm_engine_note(name: str) -> str:
+    note = _VLLM_ENGINE + (_FIXED if name.endswith("-fixed") else "")
+    if "-ngram" not in name and "-probabilistic" not in name:
+        note += _GREEDY_IDENTITY
+    if "-block" in name:
+        note += _BLOCK
+    if name.endswith("-fixed"):
+        note += _PLACEHOLDERS
+    return note
+
+
+NOTES.update({name: _vllm_engine_note(name) for name in PLANS if name.startswith("vllm-cpu-engine")})
 
 # not auditable on CPU, said in every SGLang report
 NOT_AUDITABLE = {
