@@ -199,15 +199,15 @@ def test_our_engine_on_the_level_tiny_model(monkeypatch):
 
 
 def test_transformers_on_the_level_tiny_llama():
-    """Assisted generation (self-assistant) and prompt lookup vs plain greedy, and padded batch 4 vs
-    batch 1, on a tiny random Llama: the ids agree, and every divergence transformers shows is in the
-    logits' last bits (a reduction-order difference: speculation and padding change the launch), never
-    a logic one."""
+    """Assisted generation (self-assistant and the truncated one-layer assistant) and prompt lookup vs
+    plain greedy, and padded batch 4 vs batch 1, on a tiny random Llama: the ids agree, and every
+    divergence transformers shows is in the logits' last bits (a reduction-order difference:
+    speculation and padding change the launch), never a logic one."""
     pytest.importorskip("transformers")
     from specverify.adapters.hf_bitwise import tiny
     got = rows(tiny(), bitwise.Sizes(4, 12, (2, 4), (4,), None))
-    for name in ("greedy.bitwise[tiny-random-llama-hf,assisted]", "greedy.bitwise[tiny-random-llama-hf,prompt_lookup]",
-                 "batch.invariance[tiny-random-llama-hf]"):
+    for name in ("greedy.bitwise[tiny-random-llama-hf,assisted]", "greedy.bitwise[tiny-random-llama-hf,assisted_truncated]",
+                 "greedy.bitwise[tiny-random-llama-hf,prompt_lookup]", "batch.invariance[tiny-random-llama-hf]"):
         r = got[name]
         bw = r.data["bitwise"]
         assert bw["logits_compared"] and bw["n_comparisons"] in (8, 4)
@@ -217,6 +217,62 @@ def test_transformers_on_the_level_tiny_llama():
             assert d is None or d["kind"] in (bitwise.LOGITS_ONLY, bitwise.REDUCTION_ORDER), (name, d)
     assert got["greedy.bitwise[tiny-random-llama-hf,batch>1]"].verdict == "skip"      # it speculates at batch 1 only
     assert got["batch.invariance[tiny-random-llama-hf,ragged]"].verdict == "skip"
+
+
+def test_transformers_assistants_draft_kappa_tokens_and_the_truncated_one_proposes_other_tokens():
+    """The assistant drafts exactly kappa tokens a step (transformers reads the draft length from the
+    ASSISTANT's generation_config: set on the target's alone it drafts its own default with a
+    confidence stop), so the self-assistant, whose drafts the target keeps, emits kappa + 1 tokens a
+    target forward; the truncated assistant (the first layer of two) is a smaller model with other
+    proposals, so it emits fewer -- and its greedy output is still plain greedy's."""
+    pytest.importorskip("transformers")
+    from specverify.adapters.hf_bitwise import TRUNCATED, tiny, truncated
+    engine = tiny()
+    prompts, n = ((5, 6, 7, 8, 9, 5, 6), (1, 2, 3)), 12
+    plain = engine.decode_greedy(GreedyRequest(prompts, n))
+    assert plain.info["tokens_per_target_forward"] == 1.0
+    for kappa, per_forward in ((2, 3.0), (3, 12 / 3), (5, 12 / 2)):     # ceil(12 / (kappa + 1)) forwards a prompt
+        r = engine.decode_greedy(GreedyRequest(prompts, n, Spec("assisted", kappa)))
+        assert r.tokens == plain.tokens and r.info["tokens_per_target_forward"] == per_forward, (kappa, r.info)
+    small = engine.decode_greedy(GreedyRequest(prompts, n, Spec(TRUNCATED, 5)))
+    assert small.tokens == plain.tokens
+    assert small.info["assistant_layers"] == 1 and 1.0 <= small.info["tokens_per_target_forward"] < 12 / 2, small.info
+    assistant = engine._assistants[TRUNCATED]
+    assert len(assistant.model.layers) == assistant.config.num_hidden_layers == 1 < len(engine.model.model.layers)
+    assert bool((assistant.lm_head.weight == engine.model.lm_head.weight).all())
+    with pytest.raises(Exception, match="keeps 1..1 of the model's 2 layers"):
+        truncated(engine.model, 2)
+
+
+def test_transformers_bitwise_findings_report_states_the_figures(tmp_path, capsys):
+    """`python -m specverify.findings.hf_bitwise` on the tiny model writes audit.json and a README with
+    one figures row per proposer and layout (identical / total, ids identical / total, tokens per target
+    forward, the first divergence's kind), the not-covered rows and the command that made it; bad sizes
+    and a folder without audit.json are one line and exit 2."""
+    pytest.importorskip("transformers")
+    import json
+
+    from specverify.findings import hf_bitwise
+    args = ["--engine", "transformers-bitwise-tiny", "--prompts", "3", "--tokens", "8", "--kappas", "2", "--batch", "3",
+            "--out", str(tmp_path)]
+    assert hf_bitwise.main(args) == 0
+    folder = next(tmp_path.iterdir())
+    assert folder.name.startswith("transformers-bitwise-tiny-")
+    audit = json.loads((folder / "audit.json").read_text())
+    text = (folder / "README.md").read_text()
+    assert "python -m specverify.findings.hf_bitwise --engine transformers-bitwise-tiny --prompts 3 --tokens 8 " \
+           "--kappas 2 --batch 3" in text
+    figures = [line for line in text.splitlines() if line.startswith("| `greedy.bitwise") or line.startswith("| `batch.")]
+    for run in ("assisted,kappa=2 | 1 |", "assisted_truncated,kappa=2 | 1 |", "prompt_lookup,kappa=2 | 1 |", "plain | 3 |"):
+        row = next(line for line in figures if run in line)
+        assert "| 3/3 |" in row and "kind: " in row, row                 # every token id is plain greedy's
+    by_name = {c["name"]: c for c in audit["checks"]}
+    truncated_run = by_name["greedy.bitwise[tiny-random-llama-hf,assisted_truncated]"]["data"]["bitwise"]["runs"][0]
+    assert truncated_run["info"]["assistant_layers"] == 1
+    assert "Not covered:" in text and "speculates at batch <= 1 only" in text and "no ragged layout" in text
+    assert hf_bitwise.main(["--engine", "transformers-bitwise-tiny", "--prompts", "0"]) == 2
+    assert hf_bitwise.main(["--readme", str(tmp_path / "nowhere")]) == 2
+    assert "no audit.json" in capsys.readouterr().err
 
 
 MUTANT = '''

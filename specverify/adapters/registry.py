@@ -21,7 +21,7 @@ ENGINES = {
     "transformers-lookup": ("specverify.adapters.hf_engine:lookup", "transformers prompt-lookup decoding (engine level) on the toy models"),
     "transformers-assisted-llama": ("specverify.adapters.hf_engine:llama", "transformers assisted generation on tiny random Llamas (real KV caches; laws from their float64 forward)"),
     "transformers-lookup-llama": ("specverify.adapters.hf_engine:lookup_llama", "transformers prompt lookup on tiny random Llamas"),
-    "transformers-bitwise": ("specverify.adapters.hf_bitwise:smollm2", "transformers greedy: assisted (self-assistant) and prompt lookup vs plain, bitwise, on SmolLM2-135M from the GGUF"),
+    "transformers-bitwise": ("specverify.adapters.hf_bitwise:smollm2", "transformers greedy: assisted (self and truncated assistant) and prompt lookup vs plain, bitwise, on SmolLM2-135M from the GGUF"),
     "transformers-bitwise-tiny": ("specverify.adapters.hf_bitwise:tiny", "the same on a tiny random Llama built from a config (CI; no download)"),
     "mlx": ("specverify.adapters.mlx:make", "MLX-LM speculative decoding with a draft model (sample-match) on tiny Llamas it converts itself (bash specverify/findings/install_mlx.sh)"),
     "mlx-bitwise": ("specverify.adapters.mlx:smollm2", "MLX-LM greedy: speculative (self / perturbed draft) vs plain and batched, bitwise, on SmolLM2-135M from the GGUF"),

