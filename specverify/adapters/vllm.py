@@ -21,8 +21,9 @@ the layout and injects the randomness:
 Recovered tokens come from vLLM's own Exp(1) race (`sample_recovered_tokens_kernel`: argmax of
 max(0, p - q) / E). Request b's exponentials are drawn here from a generator seeded by its own final
 coin, so a call is reproducible and a request's tokens do not depend on its neighbours; `exponentials` can be set to inject them. The kernel is launched with a vocab
-tile of next_pow2(V) instead of vLLM's 8192: for V <= 8192 both are one tile, the same reduction;
-in the interpreter the small tile is ~2x faster. Set `stock_recovered = True` to call vLLM's own
+tile of min(8192, next_pow2(V)): vLLM's own 8192 for V > 8192 (its tiles and its last partial tile,
+which the real-vocabulary rows test), and for V <= 8192 one tile as in vLLM, the same reduction (in
+the interpreter the smaller tile is ~2x faster). Set `stock_recovered = True` to call vLLM's own
 `sample_recovered_tokens` unchanged instead (torch's global RNG, seeded the same way).
 
 Hence the documented difference from the reference under shared coins: the acceptance decisions and
@@ -41,6 +42,7 @@ from specverify.reference.sampling import argmax_lowest, draw
 from . import installed
 
 MODULE = "vllm.v1.sample.rejection_sampler"
+VLLM_TILE = 8192                  # the vocab tile of vLLM's `_sample_recovered_tokens` launch
 
 
 class VllmSampler:
@@ -88,7 +90,7 @@ class VllmSampler:
             return out
         self.rs.sample_recovered_tokens_kernel[(len(num_draft_tokens), max_spec_len)](
             out, cu_num_draft_tokens, draft_token_ids, draft_probs, target_probs, inv_q, vocab,
-            BLOCK_SIZE=self.triton.next_power_of_2(vocab), NO_DRAFT_PROBS=draft_probs is None,
+            BLOCK_SIZE=min(VLLM_TILE, self.triton.next_power_of_2(vocab)), NO_DRAFT_PROBS=draft_probs is None,
             USE_FP64_GUMBEL=False)
         return out
 
