@@ -139,3 +139,13 @@ def test_reduced_audit_finds_the_coin_zero_bug_and_passes_the_law():
     stat = [c for c in result.checks if c.p_value is not None]
     assert stat and all(c.verdict == "pass" for c in stat), [c.name for c in stat if c.verdict != "pass"]
     assert result.engine_version.split(" ")[0] == transformers.__version__
+
+
+def test_a_request_without_drafts_on_a_hostile_row_raises_in_torch_multinomial():
+    # transformers' plain decode samples with torch.multinomial, which refuses such rows; the adapter's
+    # own inverse-CDF draw used to raise an IndexError of its own on an all-zero row
+    sampler = resolve("transformers")
+    for row in (np.zeros(8193), np.full(8193, np.nan)):
+        with pytest.raises(RuntimeError, match="probability tensor"):
+            sampler.plain(row, 0.5)
+    assert sampler.plain(np.array([0.0, 0.5, 0.5]), 0.75) == 2

@@ -96,3 +96,16 @@ def test_model_runner_v2_accepted_prefix_equals_reference(name, rule):
     for g, w in zip(got, want):
         g, w = g[g >= 0], w[w >= 0]
         assert g.size == w.size and (g[:-1] == w[:-1]).all()
+
+
+def test_a_hostile_bonus_row_reaches_vllm_with_a_placeholder_bonus(sampler):
+    # the adapter draws bonus tokens itself; a zero bonus row used to raise there (IndexError), so the
+    # hostile rows' draft-position requests in the same call never reached vLLM
+    from specverify.adapters.vllm import NO_BONUS, bonus_token
+    from specverify.checks import hostile
+    assert bonus_token(np.zeros(5), False, 0.5) == NO_BONUS == bonus_token(np.full(5, np.nan), True, 0.5)
+    assert bonus_token(np.array([0.0, 0.5, 0.5]), False, 0.75) == 2
+    batch = hostile.batch_of(hostile.requests("zero-row", 8193, np.random.default_rng(0)), False)
+    coins = Coins(np.full(int(batch.num_draft_tokens.sum()), 0.5), np.full(batch.batch_size, 0.5))
+    out = sampler.verify(batch, coins)
+    assert out.shape == (4, 3) and out.min() >= -1 and out.max() < 8193

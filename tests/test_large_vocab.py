@@ -216,3 +216,32 @@ def test_a_raise_on_valid_rows_fails_that_problem_and_the_others_still_run(monke
     bad = rows["chain.large_vocab_ids[zero-residual,V=8193]"]
     assert bad.verdict == "fail" and "raised on valid rows: RuntimeError: probability tensor" in bad.detail
     assert rows["chain.large_vocab_ids[sparse,V=8193]"].verdict == "pass"
+
+
+# ------------------------------------------------------------------------------------------ sizing for slow engines
+
+def test_scaled_sizes_keep_a_floor_and_the_default_at_scale_one():
+    assert lp.scaled(11184, 1.0) == 11184 and lp.scaled(11184, 0.1) == 1118
+    assert lp.scaled(42, 0.1) == lp.MIN_SCALED and lp.scaled(3, 0.1) == 3       # never above the default
+
+
+def test_a_vocabulary_limit_lists_the_larger_problems_as_not_covered():
+    # what findings give the interpreter engines (vllm-v2: 0.02 of the samples, V <= 8193)
+    ctx = Context(large_scale=0.02, large_max_vocab=8193)
+    result = run_audit(ReferenceEngine(), ctx, ["large_vocab", "far_tail", "hostile"])
+    rows = {r.name: r for r in result.checks}
+    assert result.verdict == "pass"
+    assert rows["chain.large_vocab_ids[sparse,V=8193]"].verdict == "pass"
+    assert rows["chain.large_vocab_ids[sparse,V=1000]"].n == lp.scaled(11184, 0.02) == 224
+    for name in ("chain.large_vocab_ids[sparse,V=32000]", "chain.large_vocab_ids[dense,V=151936]",
+                 "greedy.large_vocab_ids[sparse,V=262144]", "chain.far_tail[far-tail,V=262144]",
+                 "chain.hostile[*,V=151936]"):
+        assert rows[name].verdict == "skip", name
+    assert set(result.not_covered) == {"large_vocab", "far_tail", "hostile"}
+    assert "V = 32000 is above this audit's large_max_vocab 8193" in result.not_covered["large_vocab"]
+
+
+def test_the_interpreter_sizes_still_catch_the_zero_tile_mutant():
+    result = run_audit(make("zero-tile-padding-wins"), Context(large_scale=0.02, large_max_vocab=8193), ["large_vocab"])
+    failed = [r.name for r in result.checks if r.verdict == "fail"]
+    assert result.verdict == "fail" and "chain.large_vocab_ids[zero-residual,V=8193]" in failed

@@ -22,7 +22,8 @@ padded position's target row is then its last row (transformers draws from it wi
 
 Requests with zero drafts are not something `_speculative_sampling` handles (transformers samples
 those in the plain decode path): the adapter emits their token itself (inverse CDF of p with the final
-coin). Greedy requests take transformers' greedy comparison (argmax of the float32 logits, drafts
+coin; a row that is no distribution goes to the real torch.multinomial of its float32 softmax, as in
+that path). Greedy requests take transformers' greedy comparison (argmax of the float32 logits, drafts
 accepted while equal), which lives inline in `_assisted_decoding`; the adapter restates those two
 lines (`greedy`), so capability "greedy" is not claimed.
 """
@@ -82,7 +83,7 @@ class TransformersSampler:
         torch = self.torch
         k = drafts.size
         if k == 0:
-            return np.array([draw(target[0], final)])
+            return np.array([self.plain(target[0], final)])
         if draft is None:
             draft = np.zeros((k, target.shape[1]))
             draft[np.arange(k), drafts] = 1.0
@@ -94,6 +95,17 @@ class TransformersSampler:
             tokens, _ = self.utils._speculative_sampling(torch.from_numpy(drafts.astype(np.int64))[None], cand_logits,
                                                          k, new_logits)
         return tokens.reshape(-1).numpy()
+
+    def plain(self, row, final):
+        """A request without drafts: the inverse-CDF draw of p with the final coin; a row that is no
+        distribution (NaN, inf, all zeros) goes where transformers' plain decode sends it,
+        torch.multinomial of the float32 softmax of its logits, which raises on it."""
+        if np.isfinite(row).all() and (row > 0).any():
+            return draw(row, final)
+        torch = self.torch
+        with np.errstate(divide="ignore", invalid="ignore"):
+            probs = torch.softmax(torch.from_numpy(np.log(row).astype(np.float32)), -1)
+        return int(self._real_multinomial(probs[None], 1)[0, 0])
 
     def greedy(self, drafts, target):
         """transformers' greedy assisted path (in _assisted_decoding, not _speculative_sampling):

@@ -16,13 +16,15 @@ the layout and injects the randomness:
     accept coins [T]                       ->  returned by a replaced `generate_uniform_probs`
     final coin [B]                         ->  the bonus token, drawn here from p_kappa by the reference's
                                                inverse CDF (vLLM samples bonus tokens in its main
-                                               Sampler and passes them in: `bonus_token_ids`)
+                                               Sampler and passes them in: `bonus_token_ids`; a row
+                                               that is no distribution gets the placeholder 0)
 
 Recovered tokens come from vLLM's own Exp(1) race (`sample_recovered_tokens_kernel`: argmax of
 max(0, p - q) / E). Request b's exponentials are drawn here from a generator seeded by its own final
 coin, so a call is reproducible and a request's tokens do not depend on its neighbours; `exponentials` can be set to inject them. The kernel is launched with a vocab
-tile of next_pow2(V) instead of vLLM's 8192: for V <= 8192 both are one tile, the same reduction;
-in the interpreter the small tile is ~2x faster. Set `stock_recovered = True` to call vLLM's own
+tile of min(8192, next_pow2(V)): vLLM's own 8192 for V > 8192 (its tiles and its last partial tile,
+which the real-vocabulary rows test), and for V <= 8192 one tile as in vLLM, the same reduction (in
+the interpreter the smaller tile is ~2x faster). Set `stock_recovered = True` to call vLLM's own
 `sample_recovered_tokens` unchanged instead (torch's global RNG, seeded the same way).
 
 Hence the documented difference from the reference under shared coins: the acceptance decisions and
@@ -41,6 +43,21 @@ from specverify.reference.sampling import argmax_lowest, draw
 from . import installed
 
 MODULE = "vllm.v1.sample.rejection_sampler"
+VLLM_TILE = 8192                  # the vocab tile of vLLM's `_sample_recovered_tokens` launch
+
+
+NO_BONUS = 0                      # the bonus id passed for a row that is no distribution (below)
+
+
+def bonus_token(row: np.ndarray, greedy: bool, coin: float) -> int:
+    """The bonus token the adapter passes in (vLLM's main Sampler draws it, outside rejection_sample):
+    the argmax for a greedy request, else the reference's inverse-CDF draw with the final coin. A row
+    with no positive finite mass (NaN, inf, all zeros: the hostile rows) has no draw; it gets the
+    placeholder NO_BONUS, so that vLLM's rejection sampler still sees the request's draft rows (the
+    bonus id of such a row is the adapter's, not vLLM's)."""
+    if not (np.isfinite(row).all() and (row > 0).any()):
+        return NO_BONUS
+    return argmax_lowest(row) if greedy else draw(row, coin)
 
 
 class VllmSampler:
@@ -88,7 +105,7 @@ class VllmSampler:
             return out
         self.rs.sample_recovered_tokens_kernel[(len(num_draft_tokens), max_spec_len)](
             out, cu_num_draft_tokens, draft_token_ids, draft_probs, target_probs, inv_q, vocab,
-            BLOCK_SIZE=self.triton.next_power_of_2(vocab), NO_DRAFT_PROBS=draft_probs is None,
+            BLOCK_SIZE=min(VLLM_TILE, self.triton.next_power_of_2(vocab)), NO_DRAFT_PROBS=draft_probs is None,
             USE_FP64_GUMBEL=False)
         return out
 
@@ -108,7 +125,7 @@ class VllmSampler:
         greedy_row = np.repeat(greedy, batch.num_draft_tokens)
         logits[greedy_row] = rows[greedy_row]
         logits = torch.from_numpy(np.ascontiguousarray(logits, np.float64))
-        bonus = np.array([argmax_lowest(batch.target_probs[r]) if g else draw(batch.target_probs[r], float(c))
+        bonus = np.array([bonus_token(batch.target_probs[r], bool(g), float(c))
                           for r, g, c in zip(bonus_rows, greedy, coins.final)], np.int64)
         metadata = self.metadata_cls(
             temperature=torch.from_numpy(np.where(greedy, 0.0, 1.0).astype(np.float32)),

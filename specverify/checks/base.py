@@ -85,6 +85,11 @@ class Context:
                                     # seeded checks replay calls on fresh instances); None: skipped
     check: str = ""                 # the battery check running now (named in adapter errors)
     size: str = "standard"          # the bitwise check's size (settings.SIZES; checks.bitwise.SIZES)
+    large_scale: float = 1.0        # fraction of the real-vocabulary rows' sample sizes (large_vocab,
+                                    # far_tail: `large_problems.scaled`); findings size it per engine
+                                    # for the Triton interpreter, every row then states its power
+    large_max_vocab: int | None = None  # real-vocabulary problems above this V are not run (each one a
+                                    # `not_covered` SKIP row); None runs them all
     jobs: int = 1                   # adapter processes the audit may run at once (`--jobs`)
     open_engine: object = None      # callable() -> one more adapter handle in a worker of its own (the
                                     # caller closes it), or None: a check that can split its calls

@@ -57,6 +57,7 @@ DENSE_BYTES = 512 << 20             # the same for a dense problem (pooled cells
 SECOND_BYTES = 64 << 20             # the same for a second rule's pass over the same problems
 MAX_SAMPLES = 20_000
 FAR_TAIL_SAMPLES = 6400             # 200 batches of 32 rows: expected tail hits n * m = 20.1
+MIN_SCALED = 8                      # the fewest samples a scaled-down problem gets (`scaled`)
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,6 +107,27 @@ def requests_per_batch(problem: LargeProblem) -> int:
 def samples_for(problem: LargeProblem, budget: int = PROBLEM_BYTES, cap: int = MAX_SAMPLES) -> int:
     """Samples of one problem: at most `budget` bytes of rows in all, at most `cap`."""
     return int(min(cap, budget // (problem.rows_per_request * problem.vocab_size * 8)))
+
+
+def not_run(name: str, vocab: int, limit: int) -> "CheckResult":
+    """The SKIP row of a problem above an audit's `large_max_vocab`: listed under `not_covered`."""
+    from .base import SKIP, CheckResult
+    return CheckResult(name, SKIP, detail=f"not run: V = {vocab} is above this audit's large_max_vocab {limit}",
+                       data={"not_covered": [name]})
+
+
+def too_large(vocab: int, ctx) -> bool:
+    """Whether a problem at V = vocab is above the audit's `large_max_vocab` (None: no limit)."""
+    return ctx.large_max_vocab is not None and vocab > ctx.large_max_vocab
+
+
+def scaled(samples: int, scale: float) -> int:
+    """A sample size times an audit's `large_scale` (an engine that cannot afford the default sizes,
+    such as a Triton kernel under the interpreter), never below MIN_SCALED (the exact rows still see
+    every problem); scale 1 gives `samples` unchanged."""
+    if scale >= 1.0:
+        return int(samples)
+    return int(min(samples, max(MIN_SCALED, round(samples * scale))))
 
 
 # ------------------------------------------------------------------------------------------ supports

@@ -5,7 +5,9 @@ For every stochastic rule the engine claims (chain through `verify`, block throu
 each sparse and zero-residual problem at V in `large_problems.VOCABS` and each dense problem at V in
 `DENSE_VOCABS` is sampled (seeded per rule and problem; samples sized from V by
 `large_problems.samples_for`: the first rule claimed gets PROBLEM_BYTES of rows a problem, DENSE_BYTES
-a dense one, the second SECOND_BYTES) and judged by
+a dense one, the second SECOND_BYTES; times `ctx.large_scale`, 1 unless an engine's findings plan
+sizes it down for the Triton interpreter; problems above `ctx.large_max_vocab` are SKIP rows listed
+under `not_covered`) and judged by
 
     <rule>.large_vocab_ids[<problem>]          exact: every emitted id is in [0, V), position 0 is
                                                never empty, and every id is in the support of its
@@ -158,6 +160,9 @@ def greedy_rows(engine, problems, ctx) -> list[CheckResult]:
     for problem in problems:
         if not problem.name.startswith("sparse"):
             continue
+        if lp.too_large(problem.vocab_size, ctx):
+            rows.append(lp.not_run(f"greedy.large_vocab_ids[{problem.name}]", problem.vocab_size, ctx.large_max_vocab))
+            continue
         with Timer() as t:
             top = int(np.argmax(problem.target[0]))
             off = int(np.flatnonzero(problem.target[0] == 0)[0])
@@ -184,8 +189,12 @@ def run(engine, ctx) -> list[CheckResult]:
     claimed = [r for r in rules.claimed(caps) if r.name in STOCHASTIC]
     for rule in claimed:
         for problem in problems:
+            if lp.too_large(problem.vocab_size, ctx):
+                rows.append(lp.not_run(f"{rule.name}.large_vocab_ids[{problem.name}]", problem.vocab_size,
+                                       ctx.large_max_vocab))
+                continue
             first = lp.DENSE_BYTES if problem.name.startswith("dense") else lp.PROBLEM_BYTES
-            n = lp.samples_for(problem, first if rule is claimed[0] else lp.SECOND_BYTES)
+            n = lp.scaled(lp.samples_for(problem, first if rule is claimed[0] else lp.SECOND_BYTES), ctx.large_scale)
             with Timer() as t:
                 try:
                     out = sample(engine, rule.method, problem, n, ctx.rng("large_vocab", rule.name, problem.name), ctx)

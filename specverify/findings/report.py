@@ -14,7 +14,7 @@ from pathlib import Path
 from specverify.checks.base import ERROR, FAIL, WARN, CheckResult
 from specverify.format import fmt, json_safe
 
-from . import ISOLATED, NOT_AUDITABLE, NOTES, PLANS, REPRODUCERS, probes
+from . import ISOLATED, LARGE, NOT_AUDITABLE, NOT_RUN, NOTES, PLANS, REPRODUCERS, probes
 
 REPRO_DIR = Path(__file__).parent / "repro"
 REPRO_TIMEOUT = 600
@@ -56,9 +56,31 @@ def audit(name: str, *, samples: int | None = None, seed: int = 0, alpha: float 
     if checks == []:                                    # the probes alone
         ready.settings = replace(ready.settings, checks=())
     ready.ctx.assisted_runs, ready.ctx.identity_runs = assisted_runs, identity_runs
+    ready.ctx.large_scale, ready.ctx.large_max_vocab = LARGE.get(name, (1.0, None))
     probe_names = plan_probes if probe_names is None else probe_names
     adapter = ready.engine if isolated else ready.engine.local
-    return ready.run(extra=lambda engine, ctx: run_probes(adapter, probe_names, ctx)), adapter
+    result = ready.run(extra=lambda engine, ctx: run_probes(adapter, probe_names, ctx))
+    result.not_covered.update({c: why for c, why in NOT_RUN.get(name, {}).items() if c not in result.not_covered})
+    return result, adapter
+
+
+def large_sizing(name: str) -> str:
+    """The report's sentence on how the real-vocabulary rows were sized for this engine ('' at the defaults)."""
+    scale, max_vocab = LARGE.get(name, (1.0, None))
+    if scale >= 1.0 and max_vocab is None:
+        return ""
+    from specverify.checks import large_problems as lp
+    text = (f"Real-vocabulary rows sized for the Triton interpreter: {scale:g} of the default samples per "
+            f"problem (at least {lp.MIN_SCALED}; the n column gives each row's samples, min TV its power)")
+    if "far_tail" in (PLANS[name][2] or ()) and (max_vocab is None or max_vocab >= lp.FAR_TAIL_VOCAB):
+        from specverify import stats
+        n = lp.scaled(lp.FAR_TAIL_SAMPLES, scale)
+        m = lp.tail_mass(lp.far_tail())
+        text += (f"; the far tail at {n} draws ({n * m:.1f} expected tail hits; a tail never drawn would have "
+                 f"p = {stats.binomial_test(0, n, m).p_value:.2g})")
+    if max_vocab is not None:
+        text += f"; problems with V > {max_vocab} not run (listed under Not covered)"
+    return text + "."
 
 
 def slug(text: str) -> str:
@@ -75,6 +97,8 @@ def markdown(result, repros: dict, name: str) -> str:
         lines += [NOT_AUDITABLE["sglang"], ""]
     if name in NOTES:
         lines += [NOTES[name], ""]
+    if large_sizing(name):
+        lines += [large_sizing(name), ""]
     failed = [c for c in result.checks if c.verdict in (FAIL, ERROR)]
     if failed:
         lines += ["## Failing rows", ""]
@@ -83,6 +107,9 @@ def markdown(result, repros: dict, name: str) -> str:
             lines.append(f"- **{c.name}**: {c.detail}" + (f" (p = {c.p_value:.3g})" if c.p_value is not None else "")
                          + (f" -- reproducer `{rep}.py`, output `{rep}.out`" if rep else " -- no standalone reproducer"))
         lines.append("")
+    if result.not_covered:
+        lines += ["## Not covered", ""]
+        lines += [f"- `{check}`: {why}" for check, why in result.not_covered.items()] + [""]
     warned = [c for c in result.checks if c.verdict == WARN]
     if warned:
         lines += ["## Outside the contract (reported, not failures)", ""]
