@@ -61,6 +61,26 @@ def test_logic_bug_is_caught_and_called_logic(tmp_path):
     assert "kind: logic" in g.detail and "first differing token at output 3" in g.detail
 
 
+def test_the_baseline_rows_are_decoded_once_for_every_divergence_they_judge(tmp_path):
+    mod = example_module(tmp_path)
+
+    class WrongTokenWhenSpeculating(mod.MyGreedy):
+        baseline_row_calls = 0
+
+        def decode_greedy(self, request):
+            if request.spec == Spec() and request.layout == Layout(1) and request.logits == bitwise.ROWS:
+                type(self).baseline_row_calls += 1
+            res = super().decode_greedy(request)
+            if request.spec.kappa:
+                res.tokens = [list(t[:3]) + [(t[3] + 1) % mod.V] + list(t[4:]) for t in res.tokens]
+            return res
+
+    g = rows(WrongTokenWhenSpeculating())["greedy.bitwise[toy-numpy]"]
+    assert g.verdict == "fail" and g.data["bitwise"]["n_identical"] == 0      # 3 runs diverge, one baseline chunk
+    assert g.data["bitwise"]["first_divergence"]["kind"] == bitwise.LOGIC
+    assert WrongTokenWhenSpeculating.baseline_row_calls == 1
+
+
 def test_an_audit_of_a_bitwise_failure_says_not_bitwise(tmp_path):
     from specverify.audit import run_audit
     mod = example_module(tmp_path)
