@@ -8,7 +8,8 @@
         new_b = its unfed tokens (the prompt, or the last emitted token) + drafts_b
         logits = target.forward(build_step(new_b, n_logits_b = len(drafts_b) + 1))   # [sum, V]
         per request: its rows processed (penalties, bias, bans, min_tokens: row i with output + drafts_b[:i])
-        all rows checked finite; every sampled request's rows transformed (one call per distinct setting)
+        the model's rows and each processed row checked finite; every sampled request's rows
+        transformed (one call per distinct setting)
         per request: emitted, m = the chain rule on its rows (greedy: argmax) with its own generator
                      roll the KV back to the finalized tokens (old length + m)
                      append emitted tokens one by one, stopping at EOS / stop token / stop
@@ -206,6 +207,7 @@ class Engine:
         self.metrics.num_steps += 1
         self.metrics.num_request_steps += len(running)
 
+        check_finite(logits)                       # the model's rows, in one pass
         rows_of, row = [], 0
         for req, (drafts, _), nl in zip(running, proposals, n_logits):
             rows = logits[row:row + nl]
@@ -213,8 +215,8 @@ class Engine:
             if processors.active(req.params):      # row i conditions on output + drafts 0..i-1
                 rows = torch.from_numpy(processors.process_rows(rows, req.prompt, req.output, list(drafts),
                                                                 req.params, req.stop_ids))
+                check_finite(rows)                 # processors may mask a whole row
             rows_of.append(rows)
-        check_finite(torch.cat(rows_of) if len(rows_of) > 1 else rows_of[0])
         sampled = [i for i, req in enumerate(running) if req.params.temperature != 0]
         probs = dict(zip(sampled, probs_many([rows_of[i] for i in sampled], [running[i].params for i in sampled])))
 
