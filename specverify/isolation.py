@@ -18,6 +18,8 @@ handle, so `hasattr(handle, "verify_trees")` answers as for the adapter), and:
                                     verify_tree loop); func is a module-level function (sent by name)
     fresh(what=...)                 a handle on a new adapter built by the factory again, in the same
                                     worker (the seeded checks replay calls on fresh adapters)
+    buffer(shape, dtype)            an empty array in memory the worker maps: C-contiguous arrays in it
+                                    are handed to calls without a copy (a plain array in-process)
     close()                         ends the worker (the handle is a context manager too)
     timeout                         seconds one call may take (settable: an adapter's audit_defaults
                                     may raise it once built)
@@ -35,7 +37,10 @@ the arrays of the arguments (found through dataclass fields, public attributes, 
 the VerifyBatch / TreeBatch / Coins fields) are copied into an argument arena, the result's arrays
 come back through a result arena -- each an anonymous memory file (memfd) passed by descriptor, so no
 named segment can outlive a killed process, reused across calls and replaced by a bigger one when a
-call needs more. The adapter sees writable views into the argument arena, which the worker maps
+call needs more -- except arrays the audit built in a shared buffer (`handle.buffer(shape, dtype)`: a
+memory file of its own, mapped by the worker the same private way), which cross without a copy: the
+real-vocabulary rows (64 MiB a batch, the same rows for every batch of a problem) and the battery's
+replicated rows (`checks.harness.replicated_rows`). The adapter sees writable views into the argument arena, which the worker maps
 privately: a page the adapter writes becomes the worker's own copy, the audit's bytes stay as they
 were, and after the call the worker finds the pages written (/proc/self/pagemap), compares just the
 arrays on them with the audit's bytes and puts the pages back. The names of the arrays that changed
@@ -43,7 +48,9 @@ are `handle.last_mutated` (a list, [] when the adapter left its inputs alone); w
 pagemap the worker maps the arena shared and the audit compares every array with its own after the
 call. The audit's own arrays are never handed to the adapter, so it goes on judging with them. An
 adapter that keeps a view of an input after a call returns is noticed (the view keeps its arena slot
-alive): the arena is then left to it and the next call gets a new one. Toy models cross without their
+alive): the arena is then left to it and the next call gets a new one; a kept view of a shared
+buffer has its pages made the worker's own copies as they are then (the audit goes on writing the
+buffer for later calls, which get a new mapping of it). Toy models cross without their
 memo (`reference.toy.ToyModel._cache`), the torch form of a toy model (`reference.torch_toy`) as its toy
 model, rebuilt on the other side; results come back as plain data (arrays; tensors as arrays; an
 object with `tokens` as a namespace of tokens and the step counts). A callable argument (a progress
@@ -203,6 +210,15 @@ class AdapterHandle:
         except (TypeError, ValueError):
             names = ()
         return self._invoke(("run", func), args, kwargs, names, what)
+
+    def buffer(self, shape, dtype=np.float64) -> np.ndarray:
+        """An empty array the audit may fill and hand to calls without a copy: in isolated mode it lives
+        in shared memory the worker maps privately, so a C-contiguous array inside it (a slice, a
+        reshape) reaches the adapter as it is, and what the adapter writes there stays the worker's
+        (found and reported in last_mutated as for any input). Where the worker cannot map it so (no
+        pagemap) and in-process, a plain array (its contents copied per call, as any input's)."""
+        self._check_open(f"{self.name}: a shared buffer")
+        return self._backend.buffer(tuple(int(n) for n in np.atleast_1d(shape)), np.dtype(dtype))
 
     def fresh(self, what: str | None = None) -> "AdapterHandle":
         """A handle on a new adapter from the same factory (in the same worker)."""
@@ -602,6 +618,9 @@ class _InProcess:
     def drop(self, iid):
         self.instances.pop(iid, None)
 
+    def buffer(self, shape, dtype):
+        return np.empty(shape, dtype)
+
     def close(self):
         self.instances.clear()
 
@@ -709,6 +728,19 @@ class _Slot:
         self.__array_interface__ = array.__array_interface__
 
 
+class _Pin:
+    """The audit's side of one shared buffer: its memory (held weakly: the audit's arrays over it keep
+    it alive, and its end tells the worker), where it is mapped here and its size."""
+
+    def __init__(self, pid: int, memory: mmap.mmap, size: int):
+        self.pid, self.size = pid, size
+        self.memory = weakref.ref(memory)
+        self.address = ctypes.addressof(ctypes.c_char.from_buffer(memory))
+
+    def alive(self) -> bool:
+        return self.memory() is not None
+
+
 # -------------------------------------------------------------------------------- isolated mode
 
 class _Process:
@@ -741,11 +773,55 @@ class _Process:
         self.dead: str | None = None            # how the worker ended, once it has
         self.count = 0
         self.dropped: list[int] = []
+        self.pins: dict[int, _Pin] = {}          # shared buffers (`buffer`), by pin id
+        self.unpinned: list[int] = []            # pins whose memory the audit dropped: told with the next call
         self.lock = threading.Lock()
 
     def new_id(self) -> int:
         self.count += 1
         return self.count
+
+    # -- shared buffers
+
+    def buffer(self, shape, dtype):
+        """An array in a new shared memory file the worker maps privately (`AdapterHandle.buffer`); a
+        plain one where it cannot."""
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        what = "a shared buffer for the adapter process"
+        with self.lock:
+            self._check_alive(what)
+            pid = self.new_id()
+            size = -(-max(nbytes, 1) // mmap.PAGESIZE) * mmap.PAGESIZE
+            fd = _memory_file(size)
+            try:
+                self._guard(self._send, ("pin", pid, size), what)
+                try:
+                    socket.send_fds(self.sock, [b"P"], [fd])
+                except OSError:
+                    self._died(what)
+                ok = self._guard(self._wait, what, self.PIN_WAIT)[1]
+                if not ok:                              # no pagemap there: the worker could not keep it apart
+                    return np.empty(shape, dtype)
+                memory = mmap.mmap(fd, size)
+            finally:
+                os.close(fd)
+            pin = _Pin(pid, memory, size)
+            self.pins[pid] = pin
+            # when the audit drops the last array over it, the worker is told to drop its mapping
+            weakref.finalize(memory, _unpin, weakref.ref(self), pid)
+            return np.ndarray(shape, dtype, buffer=memory)
+
+    PIN_WAIT = 30.0                             # s the worker gets to map a shared buffer
+
+    def _pinned(self, a: np.ndarray):
+        """(pin id, offset) of an array that lies whole in a live shared buffer and is C-contiguous."""
+        if not self.pins or not a.flags.c_contiguous:
+            return None
+        start = a.__array_interface__["data"][0]
+        for pin in list(self.pins.values()):
+            if pin.alive() and pin.address <= start and start + a.nbytes <= pin.address + pin.size:
+                return pin.pid, start - pin.address
+        return None
 
     # -- talking to the worker
 
@@ -842,29 +918,34 @@ class _Process:
             self._check_alive(what)
             arrays = _named_arrays(names, args, kwargs)
             callbacks = _callbacks(args, kwargs)
-            offsets, size = _layout(arrays)
-            return self._guard(self._call, iid, target, args, kwargs, arrays, callbacks, offsets, size,
-                               what, timeout)
+            return self._guard(self._call, iid, target, args, kwargs, arrays, callbacks, what, timeout)
 
-    def _call(self, iid, target, args, kwargs, arrays, callbacks, offsets, size, what, timeout):
-        if self.arena is None or self.arena.size < size:
+    def _call(self, iid, target, args, kwargs, arrays, callbacks, what, timeout):
+        # arrays in a shared buffer cross as they are; the others are copied into the argument arena
+        where = [self._pinned(a) for _, a in arrays]
+        copied = [x for x, w in zip(arrays, where) if w is None]
+        offsets, size = _layout(copied)
+        if copied and (self.arena is None or self.arena.size < size):
             self._new_arena(size, what)
-        views = [self.arena.view(off, a.shape, a.dtype) for (_, a), off in zip(arrays, offsets)]
-        for view, (_, a) in zip(views, arrays):
+        views = [self.arena.view(off, a.shape, a.dtype) for (_, a), off in zip(copied, offsets)]
+        for view, (_, a) in zip(views, copied):
             np.copyto(view, a)
+        slots = iter(offsets)
+        where = [(None, next(slots)) if w is None else w for w in where]
         op, fn = target
         try:
             payload = _encode((fn, args, kwargs), arrays, callbacks, worker=True)
         except Exception as exc:  # noqa: BLE001 - e.g. a lambda given to run()
             raise AdapterError(f"{what}: the call cannot be sent to the adapter process "
                                f"({type(exc).__name__}: {exc})".splitlines()[0]) from exc
-        layout = [(off, a.shape, a.dtype, name) for (name, a), off in zip(arrays, offsets)]
+        layout = [(pin, off, a.shape, a.dtype, name) for (name, a), (pin, off) in zip(arrays, where)]
         dropped, self.dropped = self.dropped, []
-        self._send((op, iid, layout, payload, dropped), what)
+        unpinned, self.unpinned = self.unpinned, []
+        self._send((op, iid, layout, payload, dropped, unpinned), what)
         msg = self._wait(what, timeout, callbacks)
         mutated = msg[3]
-        if mutated is None:                           # the worker cannot tell: compare here
-            mutated = [name for view, (name, a) in zip(views, arrays) if not _same_bytes(view, a)]
+        if mutated is None:                           # the worker cannot tell: compare here (no pins then)
+            mutated = [name for view, (name, a) in zip(views, copied) if not _same_bytes(view, a)]
         del views
         if msg[-1]:                                   # the adapter kept a view: the arena is its now
             self.arena.close()
@@ -928,6 +1009,14 @@ class _Process:
         self.log.close()
 
 
+def _unpin(process_ref, pid: int) -> None:
+    """A shared buffer's memory is gone on the audit's side: forget it, and tell the worker with the
+    next call (a finalizer: it may run in any thread, so it only appends)."""
+    process = process_ref()
+    if process is not None and process.pins.pop(pid, None) is not None:
+        process.unpinned.append(pid)
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL a worker's process group (it leads its own session) if it still runs, and reap it."""
     if proc.poll() is None:
@@ -979,6 +1068,7 @@ class _Server:
         self.arena: _Arena | None = None     # arguments, written by the audit
         self.out: _Arena | None = None       # results, written here
         self.written = _WrittenPages.probe()  # None: the audit compares the arguments itself
+        self.pins: dict[int, tuple[_Arena, int]] = {}   # shared buffers: (private mapping, descriptor)
         self.lock = threading.Lock()         # adapter threads may call back while the main one waits
 
     def send(self, msg):
@@ -1006,46 +1096,82 @@ class _Server:
                 self.arena = _Arena(msg[1], fds[0], private=self.written is not None)
                 self.arena.close_fd()
                 continue
+            if op == "pin":                           # a shared buffer: kept apart only with a pagemap
+                _, fds, _, _ = socket.recv_fds(self.sock, 1, 1)
+                if self.written is None:
+                    os.close(fds[0])
+                else:
+                    self.pins[msg[1]] = (_Arena(msg[2], fds[0], private=True), fds[0])
+                self.send(("pinned", self.written is not None))
+                continue
             if op == "build":
                 reply = self.build(msg[1], msg[2])
                 self.send((reply + ([],))[:3] + ([], False))
                 continue
-            _, iid, layout, payload, dropped = msg
+            _, iid, layout, payload, dropped, unpinned = msg
             for gone in dropped:
                 self.instances.pop(gone, None)
+            for gone in unpinned:
+                arena, fd = self.pins.pop(gone, (None, None))
+                if arena is not None:
+                    os.close(fd)
             slots = []
             reply = self.call(op, iid, layout, payload, slots)
             refs = [weakref.ref(s) for s in slots]
             del slots
-            kept = any(r() is not None for r in refs)
+            kept = [entry for entry, r in zip(layout, refs) if r() is not None]
             if kept:
                 gc.collect()                          # a traceback cycle may hold the inputs
-                kept = any(r() is not None for r in refs)
-            mutated = self.mutated(layout, restore=not kept)
-            if kept:
+                kept = [entry for entry, r in zip(layout, refs) if r() is not None]
+            kept_arena = any(entry[0] is None for entry in kept)
+            kept_pins = {entry[0] for entry in kept} - {None}
+            mutated = self.mutated(layout, restore=not kept_arena, keep=kept_pins)
+            if kept_arena:
                 self.arena = None                     # the adapter's views keep the old mapping alive
-            self.send(reply + (mutated, kept))
+            for pid in kept_pins:
+                self.hand_over(pid, [entry for entry in kept if entry[0] == pid])
+            self.send(reply + (mutated, kept_arena))
 
-    def mutated(self, layout, restore: bool) -> list[str] | None:
+    def mutated(self, layout, restore: bool, keep=()) -> list[str] | None:
         """The names of the arguments the call wrote to and changed (None: cannot tell, the audit
-        compares); `restore` the written pages to the audit's bytes for the next call."""
+        compares); the written pages put back to the audit's bytes for the next call -- in the argument
+        arena when `restore`, in each shared buffer not in `keep` (those the adapter kept a view of)."""
         if self.written is None or not layout:
             return None if self.written is None else []
-        arena = self.arena
-        end = max(off + int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize for off, shape, dtype, _ in layout)
-        pages = self.written.pages(arena.address, end)
-        if not pages.size:
-            return []
+        changed = set()
+        for pin in {entry[0] for entry in layout}:
+            arena = self.arena if pin is None else self.pins[pin][0]
+            entries = [(off, int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize, name)
+                       for where, off, shape, dtype, name in layout if where == pin]
+            entries = [e for e in entries if e[1]]
+            if not entries:
+                continue
+            page = mmap.PAGESIZE
+            lo = min(off for off, _, _ in entries) // page * page          # only the pages the arrays are on
+            hi = max(off + n for off, n, _ in entries)
+            pages = self.written.pages(arena.address + lo, hi - lo) + lo // page
+            if not pages.size:
+                continue
+            for off, n, name in entries:
+                if ((pages >= off // page) & (pages < -(-(off + n) // page))).any() \
+                        and not _same_bytes(arena.bytes[off:off + n], arena.clean[off:off + n]):
+                    changed.add(name)
+            if restore if pin is None else pin not in keep:   # back to the file's pages (the audit's bytes)
+                arena.map.madvise(mmap.MADV_DONTNEED, int(pages[0]) * page, int(pages[-1] - pages[0] + 1) * page)
+        return [name for *_, name in layout if name in changed]
+
+    def hand_over(self, pid: int, kept) -> None:
+        """The adapter kept views of arrays in shared buffer `pid`: their pages are made its own copies
+        as they are now (a write fault copies a private page), so the audit's later writes to the buffer
+        never reach them, and later calls get a new mapping of the buffer."""
+        arena, fd = self.pins[pid]
         page = mmap.PAGESIZE
-        changed = []
-        for off, shape, dtype, name in layout:
+        for _, off, shape, dtype, _ in kept:
             n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-            if n and ((pages >= off // page) & (pages < -(-(off + n) // page))).any() \
-                    and not _same_bytes(arena.bytes[off:off + n], arena.clean[off:off + n]):
-                changed.append(name)
-        if restore:                                   # back to the file's pages (the audit's bytes)
-            arena.map.madvise(mmap.MADV_DONTNEED, int(pages[0]) * page, int(pages[-1] - pages[0] + 1) * page)
-        return changed
+            first, last = off // page * page, off + n
+            touched = arena.bytes[first:last:page]
+            touched[:] = touched.copy()               # one write a page (not a self-assignment, which numpy skips)
+        self.pins[pid] = (_Arena(arena.size, fd, private=True), fd)
 
     def build(self, iid, ref):
         try:
@@ -1066,7 +1192,8 @@ class _Server:
 
     def call(self, op, iid, layout, payload, slots):
         try:
-            slots.extend(_Slot(self.arena.view(off, shape, dtype)) for off, shape, dtype, _ in layout)
+            slots.extend(_Slot((self.arena if pin is None else self.pins[pin][0]).view(off, shape, dtype))
+                         for pin, off, shape, dtype, _ in layout)
             fn, args, kwargs = _Decoder(payload, [np.asarray(s) for s in slots], self.callback).load()
         except Exception as exc:  # noqa: BLE001
             return ("error", "what", f"the call could not be rebuilt in the adapter process "

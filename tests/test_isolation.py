@@ -1,6 +1,7 @@
 """Adapters in their own process (`specverify.isolation`): same answers as in-process, and hangs,
 crashes, stray output, mutated inputs and ^C handled."""
 
+import gc
 import os
 import signal
 import subprocess
@@ -273,9 +274,10 @@ def test_written_pages_are_found():
     arena = isolation._Arena(16 * page, private=True)
     shared = isolation._Arena(16 * page, fd=os.dup(arena.fd))          # the audit's side of the same file
     shared.bytes[:] = 7
-    layout = [(0, (2 * page,), np.uint8, "a"), (2 * page + 64, (100,), np.float64, "b"), (5 * page, (3,), np.int64, "c")]
+    layout = [(None, 0, (2 * page,), np.uint8, "a"), (None, 2 * page + 64, (100,), np.float64, "b"),
+              (None, 5 * page, (3,), np.int64, "c")]
     server = object.__new__(isolation._Server)
-    server.arena, server.written = arena, written
+    server.arena, server.written, server.pins = arena, written, {}
     assert server.mutated(layout, restore=True) == []
     arena.bytes[2 * page + 64 + 8:2 * page + 64 + 16] = 0              # b[1] = 0.0
     arena.bytes[5 * page] = 7                                           # c written, unchanged
@@ -283,6 +285,67 @@ def test_written_pages_are_found():
     assert (arena.bytes[:6 * page] == 7).all()                          # restored to the audit's bytes
     shared.bytes[:] = 3
     assert (arena.bytes[:6 * page] == 3).all() and server.mutated(layout, restore=True) == []
+
+
+def rows_in(buf, m: int, seed: int, scale: float = 1.0):
+    """A chain call whose rows lie in `buf` (a handle's shared buffer or a plain array), written there."""
+    p = problem()
+    k, v = p.kappa, p.vocab_size
+    target, draft = buf[:m * (k + 1) * v].reshape(m, k + 1, v), buf[m * (k + 1) * v:m * (2 * k + 1) * v].reshape(m, k, v)
+    target[:] = p.target * scale + (1 - scale) / v          # scale < 1: other rows, still distributions
+    draft[:] = p.draft
+    rng = np.random.default_rng(seed)
+    batch = harness.trusted_batch(p.sample_drafts(m, rng).reshape(-1), np.full(m, k), target.reshape(-1, v),
+                                  draft.reshape(-1, v))
+    return batch, Coins(rng.random(m * k), rng.random(m))
+
+
+def test_shared_buffers_cross_without_a_copy():
+    """Rows in a handle's buffer reach the adapter as they are: the argument arena never holds them."""
+    if isolation._WrittenPages.probe() is None:
+        pytest.skip("no /proc/self/pagemap here: shared buffers are plain arrays, copied per call")
+    with open_adapter("reference", timeout=30) as h:
+        buf = h.buffer(4 << 20)                               # 32 MiB
+        assert len(h._backend.pins) == 1
+        for seed in range(3):
+            batch, coins = rows_in(buf, 32768, seed, scale=1.0 - 0.1 * seed)
+            assert np.array_equal(h.verify(batch, coins), verify_batch(batch, coins))    # each call sees its rows
+            assert h.last_mutated == []
+        arena = h._backend.arena                              # only the small arrays were copied
+        assert arena is not None and arena.size < batch.target_probs.nbytes       # 4 MiB vs 10 MiB of rows
+        del buf, batch, coins
+        gc.collect()
+        assert h._backend.pins == {} and h._backend.unpinned == [1]     # the worker hears of it next call
+        small, small_coins = chain_call(m=16)
+        h.verify(small, small_coins)
+        assert h._backend.unpinned == []
+
+
+def test_shared_buffers_are_plain_arrays_in_process():
+    with open_adapter("reference", timeout=30, isolated=False) as h:
+        buf = h.buffer((3, 5), np.int32)
+        assert type(buf) is np.ndarray and buf.base is None and buf.shape == (3, 5) and buf.dtype == np.int32
+
+
+@pytest.mark.parametrize("isolated", [True, False])
+def test_inputs_changed_in_a_shared_buffer_are_found(isolated):
+    with open_adapter(plugin("mutating"), timeout=30, isolated=isolated) as h:
+        buf = h.buffer(1 << 20)
+        for seed in range(2):
+            batch, coins = rows_in(buf, 2048, seed)
+            keep = batch.target_probs.copy()
+            assert np.array_equal(h.verify(batch, coins), verify_batch(batch, coins))
+            assert h.last_mutated == ["batch.target_probs"]
+            assert np.array_equal(batch.target_probs, keep)          # the audit's rows are intact
+
+
+def test_kept_inputs_in_a_shared_buffer_are_not_overwritten():
+    """An adapter that keeps a batch sees it as it was, though the audit rewrites the buffer under it."""
+    with open_adapter(plugin("retaining"), timeout=30) as h:
+        buf = h.buffer(1 << 20)
+        for seed in range(3):                    # the adapter raises if a batch it kept changed
+            batch, coins = rows_in(buf, 2048, seed, scale=1.0 - 0.2 * seed)
+            assert np.array_equal(h.verify(batch, coins), verify_batch(batch, coins))
 
 
 def test_kept_inputs_are_not_overwritten():

@@ -136,6 +136,45 @@ def adapter_lost(exc: AdapterError) -> bool:
     return "no answer within" in msg or "the adapter process" in msg
 
 
+def row_buffer(engine, size: int, dtype=np.float64) -> np.ndarray:
+    """An empty array of `size` for rows the harness fills once and hands to `engine` in many calls:
+    shared with the adapter's process where `engine` is an isolated handle (`AdapterHandle.buffer`:
+    arrays in it cross without a copy), a plain array otherwise."""
+    if isinstance(engine, AdapterHandle):
+        return engine.buffer(size, dtype)
+    return np.empty(size, dtype)
+
+
+def replicated_rows(engine, target: np.ndarray, draft: np.ndarray | None, m: int, ctx, key: str,
+                    min_size: int = 0):
+    """(target [m * (kappa + 1), V], draft [m * kappa, V] or None): m requests' copies of one problem's
+    rows, for every batch of that problem (only draft ids and coins change between its batches). They
+    live in one buffer kept on the context under `key` (each job of a parallel audit has its own; at
+    least `min_size` floats) and reused by every problem, shared with `engine`'s adapter process
+    (`row_buffer`): a batch of these rows crosses the process boundary without a copy, and a fresh
+    tile of 20-64 MB per batch is not made. Valid until the next call with the same context and key.
+
+    An adapter that writes its inputs is caught through a handle (the worker's pages, or the
+    in-process handle's copies: `contract.inputs_unchanged`) and never changes these rows; one called
+    directly, without a handle, is trusted not to."""
+    v = target.shape[1]
+    n_target, n_draft = m * target.shape[0] * v, 0 if draft is None else m * draft.shape[0] * v
+    size = n_target + n_draft
+    owner = id(getattr(engine, "_backend", engine))      # a buffer is shared with one adapter process
+    buf, buf_owner = ctx.__dict__.get(key, (None, None))
+    if buf is None or buf.size < size or buf_owner != owner:
+        buf = None                                        # the old one's memory goes first
+        buf = row_buffer(engine, max(size, min_size))
+        ctx.__dict__[key] = (buf, owner)
+    rows_t = buf[:n_target].reshape(m, target.shape[0], v)
+    rows_t[:] = target
+    rows_d = None
+    if draft is not None:
+        rows_d = buf[n_target:size].reshape(m, draft.shape[0], v)
+        rows_d[:] = draft
+    return rows_t.reshape(-1, v), None if rows_d is None else rows_d.reshape(-1, v)
+
+
 def trusted_batch(draft_token_ids, num_draft_tokens, target_probs, draft_probs=None, greedy=None) -> VerifyBatch:
     """A VerifyBatch the harness built and knows to be valid (rows of a validated problem), made
     without re-validating millions of rows; `VerifyBatch(...)` validates everything it is given."""
@@ -162,16 +201,25 @@ def replicate(problem: Problem, drafts: np.ndarray, greedy: bool = False) -> Ver
     )
 
 
+def _problem_rows(engine, problem: Problem, m: int, ctx):
+    """The battery's replicated rows of `problem` for batches of up to m requests (`replicated_rows`)."""
+    return replicated_rows(engine, problem.target, None if problem.deterministic else problem.draft, m, ctx,
+                           "_battery_rows")
+
+
 def run_chain(engine, problem: Problem, n: int, rng: np.random.Generator, ctx, *, greedy: bool = False,
               method: str = "verify", what: str = ""):
     """n one-step samples of `problem` through engine.<method>; returns (emitted int64 [n, kappa + 1],
     drafts int64 [n, kappa])."""
-    out = np.empty((n, problem.kappa + 1), np.int64)
-    drafts = np.empty((n, problem.kappa), np.int64)
+    k = problem.kappa
+    out = np.empty((n, k + 1), np.int64)
+    drafts = np.empty((n, k), np.int64)
+    target, draft = _problem_rows(engine, problem, min(CHUNK, n), ctx)
     for s in range(0, n, CHUNK):
         m = min(CHUNK, n - s)
         d = problem.sample_drafts(m, rng)
-        batch = replicate(problem, d, greedy)
+        batch = trusted_batch(d.reshape(-1), np.full(m, k, np.int64), target[:m * (k + 1)],
+                              None if draft is None else draft[:m * k], greedy=np.full(m, greedy))
         coins = Coins(rng.random(m * problem.kappa), rng.random(m))
         out[s:s + m] = verified(engine, method, batch, coins, ctx, what)
         drafts[s:s + m] = d
@@ -180,10 +228,13 @@ def run_chain(engine, problem: Problem, n: int, rng: np.random.Generator, ctx, *
 
 def run_seeded(engine, problem: Problem, n: int, rng: np.random.Generator, ctx, first_seed: int, what: str = ""):
     """n one-step samples through engine.verify_seeded, request i seeded first_seed + i."""
-    out = np.empty((n, problem.kappa + 1), np.int64)
+    k = problem.kappa
+    out = np.empty((n, k + 1), np.int64)
+    target, draft = _problem_rows(engine, problem, min(CHUNK, n), ctx)
     for s in range(0, n, CHUNK):
         m = min(CHUNK, n - s)
-        batch = replicate(problem, problem.sample_drafts(m, rng))
+        batch = trusted_batch(problem.sample_drafts(m, rng).reshape(-1), np.full(m, k, np.int64),
+                              target[:m * (k + 1)], None if draft is None else draft[:m * k])
         seeds = first_seed + s + np.arange(m, dtype=np.int64)
         out[s:s + m] = verified(engine, "verify_seeded", batch, seeds, ctx, what)
     return out

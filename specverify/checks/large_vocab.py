@@ -65,7 +65,7 @@ def sample(engine, method: str, problem: lp.LargeProblem, n: int, rng, ctx, gree
     not range-checked). The rows of a batch are built once and reused by every batch."""
     k, v = problem.kappa, problem.vocab_size
     m = min(n, lp.requests_per_batch(problem))
-    target, draft = replicated_rows(problem, m, ctx)
+    target, draft = replicated_rows(problem, m, ctx, engine)
     out = np.empty((n, k + 1), np.int64)
     for s in range(0, n, m):
         b = min(m, n - s)
@@ -77,22 +77,13 @@ def sample(engine, method: str, problem: lp.LargeProblem, n: int, rng, ctx, gree
     return out
 
 
-def replicated_rows(problem: lp.LargeProblem, m: int, ctx):
+def replicated_rows(problem: lp.LargeProblem, m: int, ctx, engine=None):
     """(target [m * (kappa + 1), V], draft [m * kappa, V]): m requests' copies of the problem's rows, in
-    one buffer of at most BATCH_BYTES kept on the context (each job of a parallel audit has its own) and
-    reused by every problem (fresh allocations of 64 MiB a problem cost more than the verify itself).
-    Valid until the next call with the same context."""
-    k, v = problem.kappa, problem.vocab_size
-    size = m * (2 * k + 1) * v
-    buf = ctx.__dict__.get("_large_vocab_rows")
-    if buf is None or buf.size < size:
-        buf = ctx.__dict__["_large_vocab_rows"] = np.empty(max(size, lp.BATCH_BYTES // 8))
-    flat = buf[:size]
-    target = flat[:m * (k + 1) * v].reshape(m, k + 1, v)
-    target[:] = problem.target
-    draft = flat[m * (k + 1) * v:].reshape(m, k, v)
-    draft[:] = problem.draft
-    return target.reshape(-1, v), draft.reshape(-1, v)
+    one buffer of at least BATCH_BYTES kept on the context and shared with the adapter's process
+    (`harness.replicated_rows`: fresh allocations of 64 MiB a problem cost more than the verify itself,
+    and a copy of them a call doubled the real-vocabulary rows' time through a worker)."""
+    return harness.replicated_rows(engine, problem.target, problem.draft, m, ctx, "_large_vocab_rows",
+                                   min_size=lp.BATCH_BYTES // 8)
 
 
 def id_violations(out: np.ndarray, laws, vocab: int) -> list[str]:
