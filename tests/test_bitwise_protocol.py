@@ -340,3 +340,48 @@ def test_bitwise_runs_shared_over_jobs_give_the_serial_rows(tmp_path, factory):
     assert shared == serial
     verdicts = {v[0] for k, v in serial.items() if k.startswith(("greedy.", "batch."))}
     assert verdicts == ({"pass"} if factory == "factory" else {"fail"})
+
+
+FULL_LAYOUTS = {"1", "2", "4", "8", "16", "32", "64", "ragged8"}
+
+
+def test_full_is_a_covering_design_and_quick_standard_the_cross_product():
+    """FULL's speculative pairs cover every kappa 1..7 and every layout 1..64 and ragged (each layout
+    once speculative; the plain layouts are every one but the baseline's); QUICK and STANDARD still
+    mean the cross product kappas x (batch 1 + their layouts)."""
+    full = bitwise.FULL
+    pairs = bitwise.spec_pairs(full, [Layout(b) for b in full.batch_sizes] + [Layout(full.ragged_batch, ragged=True)])
+    assert {k for k, _ in pairs} == set(range(1, 8)) == set(full.kappas)
+    assert {str(x) for _, x in pairs} == FULL_LAYOUTS
+    assert {str(b) for b in full.batch_sizes} | {f"ragged{full.ragged_batch}", "1"} == FULL_LAYOUTS
+    assert len(pairs) == len(FULL_LAYOUTS)                           # each layout once with speculation
+    assert full.n_prompts >= max(full.batch_sizes)                   # batch 64 fills, speculative and plain
+    assert bitwise.plain_tokens(full) <= full.max_tokens
+    for sz in (bitwise.QUICK, bitwise.STANDARD):
+        assert sz.spec_pairs is None and bitwise.plain_tokens(sz) == sz.max_tokens
+        layouts = [Layout(8), Layout(8, ragged=True)]
+        assert bitwise.spec_pairs(sz, layouts) == [(k, x) for k in sz.kappas for x in [Layout(1)] + layouts]
+
+
+def test_a_design_runs_its_pairs_and_shorter_plain_layouts(tmp_path):
+    """Sizes with spec_pairs run exactly those pairs; plain_max_tokens runs the plain layouts shorter
+    and compares them with the baseline's first tokens (a correct adapter passes, the row says so)."""
+    mod = example_module(tmp_path)
+    sz = bitwise.Sizes(6, 12, (1, 3), (2, 4), 4, spec_pairs=((1, Layout(2)), (3, Layout(4, ragged=True))),
+                       plain_max_tokens=5)
+    got = rows(mod.MyGreedy(), sz)
+    g, b = got["greedy.bitwise[toy-numpy]"], got["batch.invariance[toy-numpy]"]
+    assert g.verdict == b.verdict == "pass"
+    assert g.data["bitwise"]["pairs"] == [["lookup,kappa=1", "2"], ["lookup,kappa=3", "ragged4"]]
+    assert g.n == 6 * 2 and "(kappa, batch) {(1,2),(3,ragged4)}" in g.detail
+    assert b.n == 6 * 3 and b.data["bitwise"]["max_tokens"] == 5 and "the first 5 of the baseline's 12" in b.detail
+
+
+def test_a_shorter_plain_layout_still_sees_a_batch_dependent_bug(tmp_path):
+    """Comparing only the baseline's first tokens must not hide a divergence inside them."""
+    block = re.search(r"<!-- example-bitwise-adapter -->\s*```python\n(.*?)```", README.read_text(), re.S).group(1)
+    ns = {}
+    exec(compile(block + MUTANT, str(tmp_path / "mutant.py"), "exec"), ns)
+    sz = bitwise.Sizes(6, 12, (1,), (4,), None, spec_pairs=((1, Layout(1)),), plain_max_tokens=5)
+    b = rows(ns["batched"](), sz)["batch.invariance[toy-numpy]"]
+    assert b.verdict == "fail" and b.data["bitwise"]["first_divergence"]["output_index"] < 5
