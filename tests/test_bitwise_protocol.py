@@ -340,3 +340,84 @@ def test_bitwise_runs_shared_over_jobs_give_the_serial_rows(tmp_path, factory):
     assert shared == serial
     verdicts = {v[0] for k, v in serial.items() if k.startswith(("greedy.", "batch."))}
     assert verdicts == ({"pass"} if factory == "factory" else {"fail"})
+
+
+FULL_LAYOUTS = {"1", "2", "4", "8", "16", "32", "64", "ragged8"}
+
+
+def test_full_is_a_covering_design_and_quick_standard_the_cross_product():
+    """FULL's speculative pairs cover every kappa 1..7 and every layout 1..64 and ragged (each layout
+    once speculative; the plain layouts are every one but the baseline's); QUICK and STANDARD still
+    mean the cross product kappas x (batch 1 + their layouts)."""
+    full = bitwise.FULL
+    pairs = bitwise.spec_pairs(full, [Layout(b) for b in full.batch_sizes] + [Layout(full.ragged_batch, ragged=True)])
+    assert {k for k, _ in pairs} == set(range(1, 8)) == set(full.kappas)
+    assert {str(x) for _, x in pairs} == FULL_LAYOUTS
+    assert {str(b) for b in full.batch_sizes} | {f"ragged{full.ragged_batch}", "1"} == FULL_LAYOUTS
+    assert len(pairs) == len(FULL_LAYOUTS)                           # each layout once with speculation
+    assert full.n_prompts >= max(full.batch_sizes)                   # batch 64 fills, speculative and plain
+    assert bitwise.plain_tokens(full) <= full.max_tokens
+    for sz in (bitwise.QUICK, bitwise.STANDARD):
+        assert sz.spec_pairs is None and bitwise.plain_tokens(sz) == sz.max_tokens
+        layouts = [Layout(8), Layout(8, ragged=True)]
+        assert bitwise.spec_pairs(sz, layouts) == [(k, x) for k in sz.kappas for x in [Layout(1)] + layouts]
+
+
+def test_a_design_runs_its_pairs_and_shorter_plain_layouts(tmp_path):
+    """Sizes with spec_pairs run exactly those pairs; plain_max_tokens runs the plain layouts shorter
+    and compares them with the baseline's first tokens (a correct adapter passes, the row says so)."""
+    mod = example_module(tmp_path)
+    sz = bitwise.Sizes(6, 12, (1, 3), (2, 4), 4, spec_pairs=((1, Layout(2)), (3, Layout(4, ragged=True))),
+                       plain_max_tokens=5)
+    got = rows(mod.MyGreedy(), sz)
+    g, b = got["greedy.bitwise[toy-numpy]"], got["batch.invariance[toy-numpy]"]
+    assert g.verdict == b.verdict == "pass"
+    assert g.data["bitwise"]["pairs"] == [["lookup,kappa=1", "2"], ["lookup,kappa=3", "ragged4"]]
+    assert g.n == 6 * 2 and "(kappa, batch) {(1,2),(3,ragged4)}" in g.detail
+    assert b.n == 6 * 3 and b.data["bitwise"]["max_tokens"] == 5 and "the first 5 of the baseline's 12" in b.detail
+
+
+def test_a_shorter_plain_layout_still_sees_a_batch_dependent_bug(tmp_path):
+    """Comparing only the baseline's first tokens must not hide a divergence inside them."""
+    block = re.search(r"<!-- example-bitwise-adapter -->\s*```python\n(.*?)```", README.read_text(), re.S).group(1)
+    ns = {}
+    exec(compile(block + MUTANT, str(tmp_path / "mutant.py"), "exec"), ns)
+    sz = bitwise.Sizes(6, 12, (1,), (4,), None, spec_pairs=((1, Layout(1)),), plain_max_tokens=5)
+    b = rows(ns["batched"](), sz)["batch.invariance[toy-numpy]"]
+    assert b.verdict == "fail" and b.data["bitwise"]["first_divergence"]["output_index"] < 5
+
+
+def test_full_deals_every_prompt_once_to_a_pair_and_to_a_plain_layout():
+    """FULL's weights: each prompt decoded once speculatively and once plain besides the baseline, and
+    every run's share at least its batch size (batch 64 fills) and spread over the prompt list."""
+    full = bitwise.FULL
+    for weights, layouts in ((full.spec_weights, [x for _, x in full.spec_pairs]),
+                             (full.plain_weights, [Layout(b) for b in full.batch_sizes] + [Layout(full.ragged_batch, ragged=True)])):
+        dealt = bitwise.shares(full.n_prompts, weights)
+        assert sorted(i for share in dealt for i in share) == list(range(full.n_prompts))
+        for share, x in zip(dealt, layouts):
+            assert len(share) >= x.batch_size and share[-1] >= full.n_prompts - 16     # reaches the end of the list
+
+
+def test_a_dealt_design_compares_each_run_on_its_own_prompts(tmp_path):
+    """With weights, each run decodes only its share, compared with the baseline of those prompts; a
+    batch-dependent bug is still seen, at the prompt it hit."""
+    mod = example_module(tmp_path)
+    sz = bitwise.Sizes(12, 10, (1, 3), (2, 4), 4, spec_pairs=((1, Layout(2)), (3, Layout(4))), spec_weights=(1, 2),
+                       plain_weights=(1, 1, 1))
+    got = rows(mod.MyGreedy(), sz)
+    g, b = got["greedy.bitwise[toy-numpy]"], got["batch.invariance[toy-numpy]"]
+    assert g.verdict == b.verdict == "pass"
+    assert g.n == 12 and b.n == 12                              # each prompt once in a pair, once plain
+    assert [r["n_prompts"] for r in g.data["bitwise"]["runs"]] == [4, 8]
+    assert "(1,2): 4, (3,4): 8" in g.detail and "batch {2: 4, 4: 4, ragged4: 4}" in b.detail
+    block = re.search(r"<!-- example-bitwise-adapter -->\s*```python\n(.*?)```", README.read_text(), re.S).group(1)
+    ns = {}
+    exec(compile(block + MUTANT, str(tmp_path / "mutant.py"), "exec"), ns)
+    bad = rows(ns["batched"](), sz)["batch.invariance[toy-numpy]"]
+    assert bad.verdict == "fail"
+    runs = bad.data["bitwise"]["runs"]
+    assert [r["layout"] for r in runs] == ["2", "4", "ragged4"]
+    for r, share in zip(runs, bitwise.shares(12, (1, 1, 1))):   # each divergence named by its own prompt
+        assert r["divergence"] is not None and r["divergence"]["prompt"] in share
+    assert runs[1]["divergence"]["prompt"] != 0

@@ -37,3 +37,21 @@ def test_rows_and_digests_agree():
     r = eng.decode_greedy(GreedyRequest(prompts, 4, Spec("ngram", 3), Layout(2), "invariant", "rows"))
     d = eng.decode_greedy(GreedyRequest(prompts, 4, Spec("ngram", 3), Layout(2), "invariant", "digests"))
     assert r.tokens == d.tokens and bitwise.digests_of(r) == d.digests
+
+
+@pytest.mark.skipif(not backend_available("invariant"), reason="the 'invariant' op backend is not registered")
+def test_the_full_design_at_a_reduced_size_passes_on_the_real_model():
+    """FULL's shape -- its (kappa, layout) pairs and plain layouts, each dealt its share of the prompts,
+    a shorter plain length -- at 16 prompts x 16 tokens: every kappa 1..7 and every layout 1..64 and
+    ragged 8 run, each prompt once speculatively and once plain, all bitwise the baseline."""
+    full = bitwise.FULL
+    sz = bitwise.Sizes(16, 16, full.kappas, full.batch_sizes, full.ragged_batch, spec_pairs=full.spec_pairs,
+                       plain_max_tokens=8, spec_weights=full.spec_weights, plain_weights=full.plain_weights)
+    rows = {r.name: r for r in bitwise.run(SpecverifyEngine(), Context(), sz)}
+    g, b = rows["greedy.bitwise[SmolLM2-135M,invariant]"], rows["batch.invariance[SmolLM2-135M,invariant]"]
+    assert g.verdict == b.verdict == "pass"
+    layouts = {"1", "2", "4", "8", "16", "32", "64", "ragged8"}
+    assert g.data["bitwise"]["kappas"] == list(range(1, 8)) and set(g.data["bitwise"]["batches"]) == layouts
+    assert set(b.data["bitwise"]["batches"]) == layouts - {"1"} and b.data["bitwise"]["max_tokens"] == 8
+    assert g.n == b.n == 16
+    assert g.data["bitwise"]["n_identical"] == g.n and b.data["bitwise"]["n_identical"] == b.n
