@@ -287,6 +287,26 @@ def test_written_pages_are_found():
     assert (arena.bytes[:6 * page] == 3).all() and server.mutated(layout, restore=True) == []
 
 
+def test_the_pagemap_scan_finds_what_reading_the_pagemap_finds():
+    """PAGEMAP_SCAN (one ioctl, only matching regions) and reading every entry agree, across the
+    ioctl's region limit too."""
+    written = isolation._WrittenPages.probe()
+    if written is None or written.ioctl is None:
+        pytest.skip("no PAGEMAP_SCAN here (Linux < 6.7): the pagemap is read entry by entry")
+    page = isolation.mmap.PAGESIZE
+    arena = isolation._Arena(4096 * page, private=True)
+    arena.close_fd()
+    arena.bytes[::page].sum()                                   # every page present, none written
+    assert written.scanned(arena.address, arena.size).size == 0
+    touched = [3, 4, 5, 900] + list(range(1000, 1000 + 2 * 700, 2))  # 703 regions: more than one ioctl
+    for k in touched:
+        arena.bytes[k * page + 7] = 1
+    for start, size in ((0, arena.size), (page + 100, 950 * page)):
+        got = written.scanned(arena.address + start, size)
+        assert np.array_equal(got, written.read(arena.address + start, size))
+    assert written.scanned(arena.address, arena.size).tolist() == touched
+
+
 def rows_in(buf, m: int, seed: int, scale: float = 1.0):
     """A chain call whose rows lie in `buf` (a handle's shared buffer or a plain array), written there."""
     p = problem()
