@@ -17,6 +17,7 @@ returns or raises.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import pickle
@@ -64,6 +65,7 @@ _SERVER_BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
                 "from specverify.ranks import fork_server; fork_server()")
 _SERVER = None
 _SERVER_LOCK = threading.Lock()
+SERVER_EXIT_WAIT = 5.0      # s the fork server gets to exit once the audit closes its stdin
 
 
 def _server():
@@ -73,7 +75,17 @@ def _server():
         _SERVER = subprocess.Popen([sys.executable, "-c", _SERVER_BOOT, json.dumps(sys.path)], stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
                                    env={**os.environ, **RANK_ENV})
+        atexit.register(_stop_server, _SERVER)
     return _SERVER
+
+
+def _stop_server(server) -> None:
+    """At exit: close the fork server's stdin and reap it, so that no process outlives the audit."""
+    try:
+        server.stdin.close()
+        server.wait(SERVER_EXIT_WAIT)
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        server.kill()
 
 
 def _fork(tmp: str, rank: int, worlds: list) -> int:
@@ -124,8 +136,14 @@ def fork_server() -> None:
         ready, _, _ = select.select([sys.stdin], [], [], POLL_S)
         if ready:
             line = sys.stdin.readline()
-            if not line:
-                break
+            if not line:                      # the audit is done: its ranks go with it, and no torch teardown
+                for pid in children:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                sys.stdout.flush()
+                os._exit(0)
             tmp, rank, worlds = json.loads(line)
             pid = os.fork()
             if pid == 0:

@@ -4,6 +4,10 @@ mutants -- an unsynchronised generator per rank, a rank-dependent reduction orde
 fail, and the row names the call, the request and both ranks' tokens. The check is exact: no false
 alarm is possible for an implementation whose tokens do not depend on the rank."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from specverify.adapters.reference import ReferenceEngine
@@ -77,3 +81,34 @@ def test_an_adapter_that_cannot_be_rebuilt_is_not_covered():
         pass
     result = run_audit(Local(), Context(samples=2000), ["greedy", "rank_agreement"])
     assert "rank_agreement" in result.not_covered and "cannot be rebuilt" in result.not_covered["rank_agreement"]
+
+
+def _group(pgid: int) -> list[int]:
+    """The live processes of a process group (from /proc)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                pids.append(int(entry))
+    return pids
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="no /proc to list a process group with")
+def test_no_rank_process_outlives_the_audit():
+    """The rank fork server and its ranks end with the audit, not a second or two after it."""
+    proc = subprocess.Popen([sys.executable, "-m", "specverify", "audit", "reference", "--checks", "rank_agreement",
+                             "--jobs", "1", "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        left = _group(proc.pid)                   # the audit led its own group: what is left of it
+        assert left == [], f"still running after the audit ended: {left}"
+    finally:
+        for pid in _group(proc.pid):
+            os.kill(pid, 9)
