@@ -389,9 +389,18 @@ def test_inputs_changed_in_place_are_a_contract_failure_and_the_other_rows_stay_
     assert all(r.verdict == "pass" for r in result.checks if r.check != "contract")
 
 
+def as_from_a_terminal():
+    """In the child before exec: SIGINT at its default and no signal blocked, as a shell started from a
+    terminal leaves them (a child inherits both, and Python turns SIGINT into KeyboardInterrupt only
+    when it starts with the default disposition)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
 def test_ctrl_c_ends_the_audit_and_its_adapter_process_within_2_s(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "specverify", "audit", f"{MISBEHAVING}:gil_hog", "--samples", "1000",
-                             "--timeout", "300"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--timeout", "300"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=as_from_a_terminal)
     deadline = time.monotonic() + 120
     children = []
     while time.monotonic() < deadline and not children:      # wait until the adapter process runs

@@ -28,6 +28,14 @@ PLUGINS = Path(__file__).parent / "plugins" / "misbehaving.py"
 REPO = Path(__file__).resolve().parent.parent
 
 
+def as_from_a_terminal():
+    """In the child before exec: SIGINT at its default and no signal blocked, as a shell started from a
+    terminal leaves them (a child inherits both, and Python turns SIGINT into KeyboardInterrupt only
+    when it starts with the default disposition)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
 def plugin(name: str) -> str:
     return f"{PLUGINS}:{name}"
 
@@ -405,7 +413,8 @@ def start_loop(tmp_path, spec):
     script = tmp_path / "loop.py"
     script.write_text(AUDIT_LOOP.format(tests=str(Path(__file__).parent), spec=spec))
     proc = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True,
+                            preexec_fn=as_from_a_terminal)
     pid = int(proc.stdout.readline())
     time.sleep(0.5)                             # well inside the loop (or the hang)
     return proc, pid
