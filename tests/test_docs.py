@@ -61,11 +61,11 @@ def test_the_docs_include_the_example_files():
 
 def test_the_example_adapter_passes_an_audit():
     """docs/examples/my_sampler.py audited in this process: the exact rows (coin endpoints, batch
-    composition, the greedy rule) and the law rows at a small sample size all pass. The whole battery
+    composition, the greedy rule) and the marginal rows at a small sample size all pass. The whole battery
     through the pytest plugin: tests/test_pytest_plugin.py."""
     from specverify.audit import prepare
-    checks = ["marginal", "joint", "endpoints", "composition", "greedy"]
-    result = prepare(f"{EXAMPLES / 'my_sampler.py'}:factory", {"checks": checks, "samples": 2000}).run(jobs=1)
+    checks = ["marginal", "endpoints", "composition", "greedy"]
+    result = prepare(f"{EXAMPLES / 'my_sampler.py'}:factory", {"checks": checks, "samples": 1000}).run(jobs=1)
     assert result.verdict == "pass", [c.name for c in result.failed()]
     assert {c.name.split(".")[0] for c in result.checks} >= {"chain", "greedy"}
 
