@@ -4,6 +4,7 @@ our engine is on the level (tiny model, invariant backend passes), malformed off
 one-line adapter errors."""
 
 import importlib.util
+import re
 from pathlib import Path
 
 import numpy as np
