@@ -1,7 +1,7 @@
 """The protocol's bitwise level (`adapters.bitwise_level`, `checks.bitwise`): the docs' example adapter
-(docs/examples/my_greedy.py) passes, mutants with a logic bug and with a batch-dependent reduction order fail with the right kind,
-our engine is on the level (tiny model, invariant backend passes), malformed offers and results are
-one-line adapter errors."""
+(docs/examples/my_greedy.py) passes, mutants with a logic bug and with a batch-dependent reduction order
+fail with the right kind, our engine is on the level (tiny model, invariant backend passes), malformed
+offers and results are one-line adapter errors."""
 
 import importlib.util
 import re
