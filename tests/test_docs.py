@@ -84,3 +84,13 @@ def test_the_site_builds_strict(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     cli = (tmp_path / "site" / "cli" / "index.html").read_text()
     assert "specverify audit" in cli and "--samples" in cli, "the CLI reference was not generated"
+
+
+def test_the_readme_links_point_at_files():
+    """mkdocs checks the site's links; the README is not part of the site, so its relative links
+    (the docs pages of the engines table and the documentation list) are checked here."""
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README.read_text())
+    relative = [link for link in links if "://" not in link]
+    assert relative, "the README links to no docs page"
+    missing = [link for link in relative if not (ROOT / link).exists()]
+    assert not missing, missing
