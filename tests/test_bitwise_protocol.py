@@ -1,7 +1,7 @@
-"""The protocol's bitwise level (`adapters.bitwise_level`, `checks.bitwise`): the README's example adapter
-passes, mutants with a logic bug and with a batch-dependent reduction order fail with the right kind,
-our engine is on the level (tiny model, invariant backend passes), malformed offers and results are
-one-line adapter errors."""
+"""The protocol's bitwise level (`adapters.bitwise_level`, `checks.bitwise`): the docs' example adapter
+(docs/examples/my_greedy.py) passes, mutants with a logic bug and with a batch-dependent reduction order
+fail with the right kind, our engine is on the level (tiny model, invariant backend passes), malformed
+offers and results are one-line adapter errors."""
 
 import importlib.util
 import re
@@ -16,12 +16,12 @@ from specverify.audit import Context
 from specverify.checks import bitwise
 from specverify.errors import AdapterError
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "my_greedy.py"   # the docs' bitwise adapter
 SMALL = bitwise.Sizes(6, 12, (2,), (4,), 4)
 
 
 def example_module(tmp_path):
-    block = re.search(r"<!-- example-bitwise-adapter -->\s*```python\n(.*?)```", README.read_text(), re.S).group(1)
+    block = EXAMPLE.read_text()
     path = tmp_path / "my_greedy.py"
     path.write_text(block)
     spec = importlib.util.spec_from_file_location("my_greedy", path)
@@ -322,7 +322,7 @@ def test_bitwise_runs_shared_over_jobs_give_the_serial_rows(tmp_path, factory):
     """With --jobs 2 the bitwise runs go to two adapter processes: the rows (verdicts, counts, first
     divergence) are those of one process doing every run, for a passing and a failing adapter."""
     from specverify.audit import prepare
-    block = re.search(r"<!-- example-bitwise-adapter -->\s*```python\n(.*?)```", README.read_text(), re.S).group(1)
+    block = EXAMPLE.read_text()
     path = tmp_path / "my_greedy_jobs.py"
     path.write_text(block + MUTANT)
 
@@ -379,7 +379,7 @@ def test_a_design_runs_its_pairs_and_shorter_plain_layouts(tmp_path):
 
 def test_a_shorter_plain_layout_still_sees_a_batch_dependent_bug(tmp_path):
     """Comparing only the baseline's first tokens must not hide a divergence inside them."""
-    block = re.search(r"<!-- example-bitwise-adapter -->\s*```python\n(.*?)```", README.read_text(), re.S).group(1)
+    block = EXAMPLE.read_text()
     ns = {}
     exec(compile(block + MUTANT, str(tmp_path / "mutant.py"), "exec"), ns)
     sz = bitwise.Sizes(6, 12, (1,), (4,), None, spec_pairs=((1, Layout(1)),), plain_max_tokens=5)
@@ -411,7 +411,7 @@ def test_a_dealt_design_compares_each_run_on_its_own_prompts(tmp_path):
     assert g.n == 12 and b.n == 12                              # each prompt once in a pair, once plain
     assert [r["n_prompts"] for r in g.data["bitwise"]["runs"]] == [4, 8]
     assert "(1,2): 4, (3,4): 8" in g.detail and "batch {2: 4, 4: 4, ragged4: 4}" in b.detail
-    block = re.search(r"<!-- example-bitwise-adapter -->\s*```python\n(.*?)```", README.read_text(), re.S).group(1)
+    block = EXAMPLE.read_text()
     ns = {}
     exec(compile(block + MUTANT, str(tmp_path / "mutant.py"), "exec"), ns)
     bad = rows(ns["batched"](), sz)["batch.invariance[toy-numpy]"]

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "my_sampler.py"   # = the README's adapter (tests/test_docs.py)
 
 TEST_FILE = '''
 import pytest
@@ -37,10 +37,8 @@ def test_audit_returns_the_result(specverify):
 
 
 def readme_adapter() -> str:
-    text = README.read_text()
-    block = re.search(r"<!-- example-adapter -->\s*```python\n(.*?)```", text, re.S)
-    assert block, "README has no example adapter block"
-    return block.group(1)
+    assert EXAMPLE.is_file(), "docs/examples/my_sampler.py (the README's example adapter) is missing"
+    return EXAMPLE.read_text()
 
 
 def project(tmp_path: Path) -> Path:
