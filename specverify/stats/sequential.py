@@ -360,22 +360,30 @@ class TwoSampleEProcess(_Running):
     e_0 = 1 and Ville's inequality applies (batch sizes may depend on the past; the order must not
     depend on the values, hence the seeded shuffle).
 
-    The prediction q_t tilts pi_t by rho = qA(cell) / qB(cell), each arm's predictive law after a
-    Dirichlet(`smoothing`) prior on the counts seen before (q_t = pi_t rho / (pi_t rho + 1 - pi_t)):
-    the label's probability if the arms drew from those laws with independent fair assignment.
+    The prediction q_t tilts pi_t by rho = qA(cell) / qB(cell) (q_t = pi_t rho / (pi_t rho + 1 - pi_t):
+    the label's probability if the arms drew from those laws with independent fair assignment), where
+    each arm's predictive law is its counts seen before plus c times the pooled predictive law (both
+    arms' counts plus `smoothing` per cell): a large c shrinks rho towards 1 until the data outweigh
+    it, playing the part of the Dirichlet concentration in the one-sample mixture. One such process
+    runs per concentration c of the grid (`concentration`, default `concentration_grid` tuned for
+    `n_target` observations per arm) and e is their equal-weight average, again an e-process.
     """
 
     method = "two-sample"
 
-    def __init__(self, k, seed=0, smoothing=0.5):
+    def __init__(self, k, concentration=None, *, n_target=None, alpha=0.05, power=0.99, seed=0,
+                 smoothing=0.5):
         self.k = _check_k(k)
         self.smoothing = float(smoothing)
         if not math.isfinite(self.smoothing) or self.smoothing <= 0:
             raise InputError(f"smoothing must be positive, got {smoothing!r}")
-        super().__init__(())
+        if concentration is None:
+            concentration = concentration_grid(self.k, n_target or DEFAULT_N_TARGET, alpha, power)
+        super().__init__(_as_concentrations(concentration))
         self.rng = np.random.default_rng(seed)
         self.counts_a = np.zeros(self.k, dtype=np.int64)
         self.counts_b = np.zeros(self.k, dtype=np.int64)
+        self._log_e_per_c = np.zeros(len(self.concentrations))
 
     def result(self, arms: tuple = ()) -> EProcessResult:
         return super().result((int(self.counts_a.sum()), int(self.counts_b.sum())))
@@ -384,18 +392,19 @@ class TwoSampleEProcess(_Running):
         ca, cb = _as_counts(counts_a, "counts_a"), _as_counts(counts_b, "counts_b")
         if ca.size != self.k or cb.size != self.k:
             raise InputError(f"counts need {self.k} cells, got {ca.size} and {cb.size}")
-        self._record(self.log_e + self._batch_log_factor(ca, cb))
+        self._log_e_per_c = self._log_e_per_c + self._batch_log_factor(ca, cb)
+        self._record(special.logsumexp(self._log_e_per_c) - math.log(self._log_e_per_c.size))
         self.counts_a += ca
         self.counts_b += cb
         self.n = int(self.counts_a.sum() + self.counts_b.sum())
         return self.result()
 
-    def _batch_log_factor(self, ca: np.ndarray, cb: np.ndarray) -> float:
+    def _batch_log_factor(self, ca: np.ndarray, cb: np.ndarray) -> np.ndarray:
         cells = np.concatenate([np.repeat(np.arange(self.k), ca), np.repeat(np.arange(self.k), cb)])
         is_a = np.concatenate([np.ones(int(ca.sum()), bool), np.zeros(int(cb.sum()), bool)])
         total = cells.size
         if total == 0:
-            return 0.0
+            return np.zeros(len(self.concentrations))
         order = self.rng.permutation(total)
         cells, is_a = cells[order], is_a[order]
         a_before = np.cumsum(is_a) - is_a  # A's earlier in the batch
@@ -412,12 +421,16 @@ class TwoSampleEProcess(_Running):
         cell_a, cell_b = np.empty(total), np.empty(total)
         cell_a[by_cell], cell_b[by_cell] = cell_a_sorted, cell_b_sorted
         beta, k = self.smoothing, self.k
-        qa = (self.counts_a[cells] + cell_a + beta) / (self.counts_a.sum() + a_before + k * beta)
-        qb = (self.counts_b[cells] + cell_b + beta) / (self.counts_b.sum() + (t - a_before) + k * beta)
-        rho = qa / qb
+        a_prev = self.counts_a[cells] + cell_a  # this cell's A's and B's before the observation
+        b_prev = self.counts_b[cells] + cell_b
+        n_a = self.counts_a.sum() + a_before  # all A's and B's before it
+        n_b = self.counts_b.sum() + (t - a_before)
+        pooled = (a_prev + b_prev + beta) / (n_a + n_b + k * beta)
+        c = np.asarray(self.concentrations)[:, None]
+        rho = ((a_prev + c * pooled) / (n_a + c)) / ((b_prev + c * pooled) / (n_b + c))
         denom = pi * rho + 1.0 - pi
         log_factor = np.where(is_a, np.log(rho) - np.log(denom), -np.log(denom))
-        return float(log_factor.sum())
+        return log_factor.sum(axis=1)
 
 
 # ---------------------------------------------------------------------------------------------------
