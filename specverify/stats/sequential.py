@@ -96,9 +96,9 @@ def _lambda_needed(d: int, log_level: float, power: float, r: float) -> float:
 @functools.lru_cache(maxsize=4096)
 def _best_r(d: int, log_level: float, power: float) -> float:
     """The r = n / c that needs the smallest noncentrality (coarse grid, then bounded refinement)."""
-    lams = [_lambda_needed(d, log_level, power, float(r)) for r in _R_GRID[::8]]
+    lams = [_lambda_needed(d, log_level, power, float(r)) for r in _R_GRID[::16]]
     i = int(np.argmin(lams))
-    lo, hi = _R_GRID[::8][max(i - 1, 0)], _R_GRID[::8][min(i + 1, len(lams) - 1)]
+    lo, hi = _R_GRID[::16][max(i - 1, 0)], _R_GRID[::16][min(i + 1, len(lams) - 1)]
     res = optimize.minimize_scalar(
         lambda log_r: _lambda_needed(d, log_level, power, float(math.exp(log_r))),
         bounds=(math.log(lo), math.log(hi)), method="bounded", options={"xatol": 1e-3})
@@ -217,6 +217,16 @@ def n_for_tv(k, tv, alpha=0.05, power=0.99, concentration=None) -> int:
 # e-processes
 
 
+def _log_mean_exp(values: np.ndarray) -> np.ndarray:
+    """log(mean(exp(values))) over the last axis, overflow-safe (plain numpy: scipy's logsumexp costs
+    milliseconds a call in its array-API dispatch, and rows update this once per batch)."""
+    top = np.max(values, axis=-1, keepdims=True)
+    finite_top = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):
+        out = np.log(np.mean(np.exp(values - finite_top), axis=-1)) + finite_top[..., 0]
+    return out
+
+
 def multinomial_log_e(counts, law, concentration) -> np.ndarray:
     """log e of the Dirichlet-multinomial mixture (equal-weight average over `concentration`, a number
     or a sequence) for cumulative `counts` of shape (..., k) against `law` (k probabilities). Vectorised
@@ -233,7 +243,7 @@ def multinomial_log_e(counts, law, concentration) -> np.ndarray:
     xg = xs[..., None, :]  # (..., 1, k)
     per_c = (special.gammaln(cs) - special.gammaln(cs + n[..., None])
              + (special.gammaln(a + xg) - special.gammaln(a)).sum(axis=-1))  # (..., G)
-    log_e = special.logsumexp(per_c, axis=-1) - math.log(cs.size) + base
+    log_e = _log_mean_exp(per_c) + base
     if support.sum() < 2:
         log_e = np.zeros_like(log_e)
     return np.where(impossible, np.inf, log_e)
@@ -328,21 +338,32 @@ class RateEProcess(_Running):
         return self.result()
 
     def _log_e(self) -> float:
-        s, f, p0 = self.successes, self.n - self.successes, self.p0
-        if p0 == 0.0 or p0 == 1.0:
-            violated = s > 0 if p0 == 0.0 else f > 0
-            return math.inf if violated else 0.0
-        cs = np.asarray(self.concentrations)
-        a, b = cs * p0, cs * (1.0 - p0)
-        per_c = special.betaln(a + s, b + f) - special.betaln(a, b)
-        if self.sides == "greater":  # prior and posterior mass above p0
-            with np.errstate(divide="ignore"):
-                per_c = per_c + np.log(special.betaincc(a + s, b + f, p0)) - np.log(special.betaincc(a, b, p0))
-        elif self.sides == "less":
-            with np.errstate(divide="ignore"):
-                per_c = per_c + np.log(special.betainc(a + s, b + f, p0)) - np.log(special.betainc(a, b, p0))
-        base = -(s * math.log(p0) + f * math.log1p(-p0))
-        return float(special.logsumexp(per_c) - math.log(cs.size) + base)
+        return float(rate_log_e(self.successes, self.n, self.p0, self.sides, self.concentrations))
+
+
+def rate_log_e(successes, trials, p0, sides="two", concentration=1.0) -> np.ndarray:
+    """log e of the beta-binomial mixture (equal-weight average over `concentration`) for cumulative
+    `successes` out of `trials` (arrays broadcast together) against the rate p0; `sides` "two",
+    "less" or "greater" (prior truncated to that side of p0). p0 = 0 or 1: +inf after a contrary
+    observation, else 0."""
+    s = np.asarray(successes, dtype=np.float64)
+    f = np.asarray(trials, dtype=np.float64) - s
+    p0 = float(p0)
+    if p0 == 0.0 or p0 == 1.0:
+        violated = s > 0 if p0 == 0.0 else f > 0
+        return np.where(violated, np.inf, 0.0)
+    cs = np.asarray(_as_concentrations(concentration))
+    a, b = cs * p0, cs * (1.0 - p0)
+    s_, f_ = s[..., None], f[..., None]
+    per_c = special.betaln(a + s_, b + f_) - special.betaln(a, b)
+    with np.errstate(divide="ignore"):
+        if sides == "greater":  # prior and posterior mass above p0
+            per_c = per_c + np.log(special.betaincc(a + s_, b + f_, p0)) - np.log(special.betaincc(a, b, p0))
+        elif sides == "less":
+            per_c = per_c + np.log(special.betainc(a + s_, b + f_, p0)) - np.log(special.betainc(a, b, p0))
+        elif sides != "two":
+            raise InputError(f"sides must be 'two', 'less' or 'greater', got {sides!r}")
+    return _log_mean_exp(per_c) - (s * math.log(p0) + f * math.log1p(-p0))
 
 
 class TwoSampleEProcess(_Running):
@@ -393,7 +414,7 @@ class TwoSampleEProcess(_Running):
         if ca.size != self.k or cb.size != self.k:
             raise InputError(f"counts need {self.k} cells, got {ca.size} and {cb.size}")
         self._log_e_per_c = self._log_e_per_c + self._batch_log_factor(ca, cb)
-        self._record(special.logsumexp(self._log_e_per_c) - math.log(self._log_e_per_c.size))
+        self._record(float(_log_mean_exp(self._log_e_per_c)))
         self.counts_a += ca
         self.counts_b += cb
         self.n = int(self.counts_a.sum() + self.counts_b.sum())
