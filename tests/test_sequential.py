@@ -186,6 +186,13 @@ def test_run_sequential_decisions():
     assert run.to_dict()["decision"] == BUDGET
 
 
+def test_run_sequential_on_a_law_with_one_outcome():
+    run = run_sequential(lambda size: np.array([size, 0]), [1.0, 0.0], ALPHA, power_tv=0.01)
+    assert run.decision == POWERED and 1 - (1 - run.min_tv) ** run.n == pytest.approx(0.99)
+    run = run_sequential(lambda size: np.array([size - 1, 1]), [1.0, 0.0], ALPHA, power_tv=0.01)
+    assert run.decision == REJECTED and run.n == 64 and run.e == math.inf
+
+
 # ---------------------------------------------------------------------------------------------------
 # rates
 

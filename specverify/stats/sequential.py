@@ -500,7 +500,8 @@ def run_sequential(draw_batch, law, alpha=0.05, power_tv=0.01, max_n=1_000_000, 
     `doubling()`). After every batch: REJECTED when the e-process reaches 1/alpha; else POWERED when
     min_detectable_tv <= power_tv; else BUDGET once max_n samples are drawn (the last batch is cut to
     fit). Concentrations default to the grid tuned for the n at which power_tv would be reached
-    (capped at max_n)."""
+    (capped at max_n). A law with a single possible outcome is decided by the first impossible count;
+    its min_tv is then 1 - (1 - power)^(1/n)."""
     alpha = check_unit_open(alpha, "alpha")
     power = check_unit_open(power, "power")
     max_n = int(_check_n(max_n, "max_n"))
@@ -518,7 +519,10 @@ def run_sequential(draw_batch, law, alpha=0.05, power_tv=0.01, max_n=1_000_000, 
             raise InputError(f"batch_schedule returned {size} after {process.n} samples")
         result = process.update(draw_batch(size))
         looks += 1
-        min_tv = min_detectable_tv(k, result.n, alpha, power, process.concentrations) if k >= 2 else 0.0
+        if k >= 2:
+            min_tv = min_detectable_tv(k, result.n, alpha, power, process.concentrations)
+        else:  # one possible outcome: a deviation of TV t shows an impossible count w.p. 1 - (1 - t)^n
+            min_tv = -math.expm1(math.log1p(-power) / result.n)
         if result.max_log_e >= threshold:
             decision = REJECTED
         elif min_tv <= power_tv:
