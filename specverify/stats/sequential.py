@@ -48,7 +48,7 @@ import functools
 import math
 
 import numpy as np
-from scipy import optimize, special, stats
+from scipy import optimize, special
 
 from specverify.errors import InputError
 
@@ -84,8 +84,8 @@ def _lambda_needed(d: int, log_level: float, power: float, r: float) -> float:
     """The noncentrality n w^2 at which ncx2.sf(s*(r), d, .) = power."""
     critical = _threshold(d, log_level, r)
 
-    def shortfall(lam: float) -> float:
-        return float(stats.ncx2.sf(critical, d, lam)) - power
+    def shortfall(lam: float) -> float:  # special.chndtr is the ncx2 cdf without the rv_continuous overhead
+        return (1.0 - float(special.chndtr(critical, d, lam))) - power
 
     high = max(1.0, critical)
     while shortfall(high) < 0:
