@@ -113,8 +113,9 @@ class BinomialResult(_ToDict):
 class EProcessResult(_ToDict):
     """The state of an e-process (an anytime-valid test) after its latest batch of samples.
 
-    log_e, e          the e-value now (natural log and value; e = inf after an observation the null
-                      forbids). Under the null, E[e] <= 1 at every stopping time.
+    log_e, e          the e-value now (natural log and value; both inf after an observation the null
+                      forbids; e alone is inf once log_e passes float64's range, so decide on log_e).
+                      Under the null, E[e] <= 1 at every stopping time.
     n                 observations so far (for a two-sample process: both arms together).
     max_log_e         the largest log e-value seen at any look so far (0.0 before the first sample).
     p_value_anytime   min(1, 1 / max e so far): an anytime-valid p-value (Ville's inequality:

@@ -249,6 +249,11 @@ def multinomial_log_e(counts, law, concentration) -> np.ndarray:
     return np.where(impossible, np.inf, log_e)
 
 
+def _exp(log_value: float) -> float:
+    """exp without an overflow warning: e-values past float64's range are reported as inf."""
+    return math.exp(log_value) if log_value < 709.0 else math.inf
+
+
 class _Running:
     """Keeps the running maximum of log e and builds results."""
 
@@ -269,7 +274,7 @@ class _Running:
     def result(self, arms: tuple = ()) -> EProcessResult:
         """The current state as an EProcessResult."""
         return EProcessResult(
-            log_e=self.log_e, e=float(np.exp(self.log_e)), n=int(self.n), max_log_e=self.max_log_e,
+            log_e=self.log_e, e=_exp(self.log_e), n=int(self.n), max_log_e=self.max_log_e,
             p_value_anytime=float(min(1.0, math.exp(-self.max_log_e))), method=self.method,
             concentrations=self.concentrations, impossible=self.impossible, arms=arms)
 
