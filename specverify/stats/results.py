@@ -107,3 +107,77 @@ class BinomialResult(_ToDict):
     alpha: float
     power: float
     min_detectable_diff: float
+
+
+@dataclass(frozen=True, eq=False)
+class EProcessResult(_ToDict):
+    """The state of an e-process (an anytime-valid test) after its latest batch of samples.
+
+    log_e, e          the e-value now (natural log and value; both inf after an observation the null
+                      forbids; e alone is inf once log_e passes float64's range, so decide on log_e).
+                      Under the null, E[e] <= 1 at every stopping time.
+    n                 observations so far (for a two-sample process: both arms together).
+    max_log_e         the largest log e-value seen at any look so far (0.0 before the first sample).
+    p_value_anytime   min(1, 1 / max e so far): an anytime-valid p-value (Ville's inequality:
+                      P(exists n: p_value_anytime <= a) <= a under the null).
+    method            "multinomial", "rate-two", "rate-less", "rate-greater" or "two-sample".
+    concentrations    the prior concentrations the e-value averages over (equal weights).
+    impossible        True when a count fell where the null gives probability 0 (e = inf).
+    arms              (n_a, n_b) for a two-sample process, () otherwise.
+    """
+
+    log_e: float
+    e: float
+    n: int
+    max_log_e: float
+    p_value_anytime: float
+    method: str
+    concentrations: tuple
+    impossible: bool = False
+    arms: tuple = ()
+
+
+@dataclass(frozen=True, eq=False)
+class FamilyResult(_ToDict):
+    """Family-wise decisions over several e-processes (one per audit row).
+
+    rejected     bool array in the input order: rows rejected at family-wise level alpha.
+    p_values     min(1, 1 / e_i) per row (anytime-valid p-values when e_i is each row's running max).
+    adjusted_p   Bonferroni (min(1, m p_i)) or Holm-adjusted p-values; rejected == (adjusted_p <= alpha).
+    alpha, rule  the family-wise level and "bonferroni" or "holm".
+    """
+
+    rejected: np.ndarray
+    p_values: np.ndarray
+    adjusted_p: np.ndarray
+    alpha: float
+    rule: str
+
+
+@dataclass(frozen=True, eq=False)
+class SequentialRun(_ToDict):
+    """The outcome of one row sampled in rounds until decided (`run_sequential`).
+
+    decision     REJECTED (the e-process reached 1/alpha: the law is violated), POWERED (not rejected,
+                 and the stated power now covers every deviation of TV >= power_tv), or BUDGET (the
+                 cap max_n was reached first: inconclusive, `min_tv` says what was covered).
+    n            samples drawn; looks: how many times the e-process was examined (one per batch).
+    log_e, e, max_log_e, p_value_anytime   as in EProcessResult, at the stop.
+    min_tv       smallest total variation the process rejects with probability >= power by n (see
+                 sequential.min_detectable_tv); inf when nothing is covered.
+    alpha, power, power_tv, max_n, concentrations   the settings the run used.
+    """
+
+    decision: str
+    n: int
+    e: float
+    log_e: float
+    max_log_e: float
+    p_value_anytime: float
+    min_tv: float
+    looks: int
+    alpha: float
+    power: float
+    power_tv: float
+    max_n: int
+    concentrations: tuple
