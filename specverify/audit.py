@@ -351,7 +351,7 @@ def prepare(engine, given: dict | None = None, *, progress=None, label=None, iso
         handle.close()
         raise
     handle.timeout = s.timeout
-    ctx = Context(seed=s.seed, samples=s.samples, alpha=s.alpha, timeout=s.timeout, progress=progress, size=s.size)
+    ctx = Context(**settings_mod.context_values(s), progress=progress)
     return Audit(engine=handle, factory=None if instance else handle.fresh, spec=spec, settings=s, ctx=ctx,
                  source=None if instance else engine)
 

@@ -21,7 +21,8 @@ zero-argument callable returning an adapter, a class included), or an adapter in
 seeded checks, which need fresh instances, are skipped).
 
 Settings (the first given wins): keyword arguments, the `specverify` marker, the command line
-(`--specverify-samples`, `--specverify-seed`, `--specverify-alpha`, `--specverify-timeout`), the
+(`--specverify-samples`, `--specverify-seed`, `--specverify-alpha`, `--specverify-timeout`; all
+derived from the declarations in `specverify.settings`), the
 adapter's own `audit_defaults`, the defaults of `specverify audit` (`specverify.settings`: 200000
 samples, seed 0, alpha 1e-3, all checks, bitwise size standard).
 """
@@ -32,22 +33,16 @@ import pytest
 
 from specverify.format import fmt
 
-SETTINGS = ("samples", "seed", "alpha", "timeout", "checks", "size")   # what a test may set (`specverify.settings`)
+from specverify import settings as settings_mod
 
 
 def pytest_addoption(parser):
-    group = parser.getgroup("specverify", "specverify exactness gate")
-    group.addoption("--specverify-samples", type=int, default=None, help="samples per statistical problem")
-    group.addoption("--specverify-seed", type=int, default=None, help="seed of the audit")
-    group.addoption("--specverify-alpha", type=float, default=None, help="family-wise false-alarm rate")
-    group.addoption("--specverify-timeout", type=float, default=None, help="seconds one adapter call may take")
+    """The `--specverify-NAME` options: every setting declared for the "option" door (`specverify.settings`)."""
+    settings_mod.add_pytest_options(parser.getgroup("specverify", "specverify exactness gate"))
 
 
 def pytest_configure(config):
-    config.addinivalue_line(
-        "markers",
-        "specverify(samples=None, seed=None, alpha=None, timeout=None, checks=None, size=None): settings of the "
-        "specverify exactness gate (the `specverify` fixture) in this test")
+    config.addinivalue_line("markers", settings_mod.marker_line())
 
 
 class ExactnessGate:
@@ -62,18 +57,16 @@ class ExactnessGate:
         unknown capability, a missing method) or a broken adapter fails the test with one line."""
         from specverify.audit import BATTERY, prepare
         from specverify.errors import AdapterError, InputError
-        from specverify.settings import check_value
 
         if self.error:
             pytest.fail(self.error, pytrace=False)
         try:
-            unknown = set(overrides) - set(SETTINGS)
+            keys = settings_mod.marker_keywords()
+            unknown = set(overrides) - set(keys)
             if unknown:
-                raise InputError(f"unknown setting(s) {', '.join(sorted(unknown))}; known: {', '.join(SETTINGS)}")
+                raise InputError(f"unknown setting(s) {', '.join(sorted(unknown))}; known: {', '.join(keys)}")
             given = dict(self.settings)
-            for k, v in overrides.items():
-                if v is not None:
-                    given[k] = check_value(k, v, BATTERY, label=f"{k}=")
+            given.update(settings_mod.check_given(overrides, BATTERY, lambda k: settings_mod.spelled(k, "keyword")))
             audit = prepare(engine, given)
             result = audit.run()
         except (AdapterError, InputError) as exc:
@@ -118,22 +111,16 @@ def specverify(request):
     and a bad one fails the test with one line naming it."""
     from specverify.audit import BATTERY
     from specverify.errors import InputError
-    from specverify.settings import check_value
 
-    settings = {}
     try:
-        for key in ("samples", "seed", "alpha", "timeout"):
-            value = request.config.getoption(f"--specverify-{key}", default=None)
-            if value is not None:
-                settings[key] = check_value(key, value, BATTERY, label=f"--specverify-{key}")
+        options = {s.name: request.config.getoption(f"specverify_{s.name}", default=None)
+                   for s in settings_mod.at_door("option")}
+        settings = settings_mod.check_given(options, BATTERY, lambda k: settings_mod.spelled(k, "option"))
         marker = request.node.get_closest_marker("specverify")
         if marker is not None:
-            unknown = set(marker.kwargs) - set(SETTINGS)
-            if unknown or marker.args:
-                raise InputError(f"@pytest.mark.specverify takes keyword settings {', '.join(SETTINGS)}, got "
-                                 f"{', '.join(map(repr, list(marker.args) + sorted(unknown)))}")
-            settings.update({k: check_value(k, v, BATTERY, label=f"@pytest.mark.specverify({k}=...)")
-                             for k, v in marker.kwargs.items() if v is not None})
+            settings_mod.check_marker(marker.args, marker.kwargs)
+            settings.update(settings_mod.check_given(marker.kwargs, BATTERY,
+                                                     lambda k: settings_mod.spelled(k, "marker")))
     except InputError as exc:
         return ExactnessGate({}, error=f"specverify: {exc}")   # fails the test when it audits
     return ExactnessGate(settings)

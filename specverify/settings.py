@@ -1,8 +1,20 @@
-"""The settings of one audit: their defaults, their validation, and who wins. Every front door (the
-`audit` and `zoo` commands, the pytest plugin, the findings runner) reads them from here.
+"""The settings of one audit, each declared once with what every front door needs to offer it.
+
+A setting is a field of `Settings` made by `setting(...)`: its default, its help, how a command line
+parses it, how it is validated, and which front doors expose it:
+
+    audit    `specverify audit --NAME`          zoo      `specverify zoo --NAME`
+    option   pytest's `--specverify-NAME`       marker   `@pytest.mark.specverify(NAME=...)` and the
+                                                         keyword arguments of the `specverify` fixture
+
+`SPECS` reads those declarations back; `add_arguments` (argparse), `add_pytest_options`,
+`marker_keywords` and `check_value` derive every door from them, so adding a setting is one
+`setting(...)` line here (plus, if the checks read it, a field of `checks.base.Context`, filled by
+`context_values`).
 
     seed      integer in [0, 2**63 - 1]   seeds every problem and coin               default 0
-    samples   integer in [MIN_SAMPLES, MAX_SAMPLES]  samples per statistical problem  default 200 000
+    samples   integer in [MIN_SAMPLES, MAX_SAMPLES]  the sample budget of the statistical checks
+              (samples per problem in the one-step checks; other checks scale it)  default 200 000
     alpha     float in (0, 1)             family-wise false-alarm rate (Holm)        default 1e-3
     timeout   finite float > 0            seconds one adapter call may take          default 120
     checks    None (every check that applies) or names from `specverify.audit.BATTERY`, in the
@@ -20,7 +32,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 from specverify.errors import InputError
 
@@ -30,37 +42,46 @@ MIN_SAMPLES = 100
 MAX_SAMPLES = 4_000_000
 MAX_SEED = 2**63 - 1
 SIZES = ("quick", "standard", "full")    # the bitwise check's sizes (`checks.bitwise.SIZES` holds what each runs)
+DOORS = ("audit", "zoo", "option", "marker")
+"""The front doors a setting may be exposed at (see the module docstring)."""
 
 
-@dataclass(frozen=True)
-class Settings:
-    seed: int = 0
-    samples: int = 200_000
-    alpha: float = 1e-3
-    timeout: float = 120.0
-    checks: tuple | None = None
-    size: str = "standard"
+# ----------------------------------------------------------------------------------- validation
 
-    def to_dict(self) -> dict:
-        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
-
-
-DEFAULTS = Settings()
-NAMES = tuple(f.name for f in fields(Settings))
-
-
-def _integer(label: str, value, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise InputError(f"{label} {value!r}: must be an integer")
-    if not low <= value <= high:
-        raise InputError(f"{label} {value}: must be an integer in [{low}, {high}]")
-    return int(value)
+def _integer(low: int, high: int):
+    def check(value, label, battery):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise InputError(f"{label} {value!r}: must be an integer")
+        if not low <= value <= high:
+            raise InputError(f"{label} {value}: must be an integer in [{low}, {high}]")
+        return int(value)
+    return check
 
 
 def _number(label: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InputError(f"{label} {value!r}: must be a number")
     return float(value)
+
+
+def _alpha(value, label, battery) -> float:
+    alpha = _number(label, value)
+    if not 0 < alpha < 1:
+        raise InputError(f"{label} {value!r}: must be in (0, 1)")
+    return alpha
+
+
+def _seconds(value, label, battery) -> float:
+    seconds = _number(label, value)
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise InputError(f"{label} {value!r}: must be a finite number of seconds > 0")
+    return seconds
+
+
+def _size(value, label, battery) -> str:
+    if value not in SIZES:
+        raise InputError(f"{label} {value!r}: must be one of {', '.join(SIZES)}")
+    return value
 
 
 def validate_checks(checks, battery, label: str = "checks") -> tuple | None:
@@ -77,30 +98,188 @@ def validate_checks(checks, battery, label: str = "checks") -> tuple | None:
     return tuple(c for c in battery if c in names)
 
 
-def check_value(name: str, value, battery, label: str | None = None):
-    """One setting's value, checked and normalised; InputError names it as `label` (default: its name)."""
-    label = label or name
-    if name == "seed":
-        return _integer(label, value, 0, MAX_SEED)
-    if name == "samples":
-        return _integer(label, value, MIN_SAMPLES, MAX_SAMPLES)
-    if name == "alpha":
-        alpha = _number(label, value)
-        if not 0 < alpha < 1:
-            raise InputError(f"{label} {value!r}: must be in (0, 1)")
-        return alpha
-    if name == "timeout":
-        timeout = _number(label, value)
-        if not (math.isfinite(timeout) and timeout > 0):
-            raise InputError(f"{label} {value!r}: must be a finite number of seconds > 0")
-        return timeout
-    if name == "checks":
-        return validate_checks(value, battery, label)
-    if name == "size":
-        if value not in SIZES:
-            raise InputError(f"{label} {value!r}: must be one of {', '.join(SIZES)}")
-        return value
-    raise InputError(f"unknown setting {name!r}; known: {', '.join(NAMES)}")
+def _checks(value, label, battery):
+    return validate_checks(value, battery, label)
+
+
+# ----------------------------------------------------------------------------------- declaration
+
+def setting(default, *, help: str, check, parse=None, choices=None, metavar=None, flag=None,
+            doors=DOORS, default_text=None, door_help=None, context: bool = True):
+    """A field of `Settings` carrying what the front doors need:
+    help          what the setting means (the pytest option's help; the CLI's with " (default ...)")
+    check         check(value, label, battery) -> the normalised value, or InputError naming `label`
+    parse         how a command line turns the text into a value (argparse/pytest `type`); None: text
+    choices       the values a command line accepts (argparse/pytest `choices`)
+    metavar, flag the command line's metavar and flag name (default `--<name>`)
+    doors         the front doors that expose it (`DOORS`)
+    default_text  the audit CLI help's "(default ...)" text (an engine may change the default); None:
+                  the default itself
+    door_help     {door: help} where one door says it differently
+    context       whether the checks read it (`context_values` passes it to `checks.base.Context`)"""
+    meta = dict(help=help, check=check, parse=parse, choices=choices, metavar=metavar, flag=flag,
+                doors=tuple(doors), default_text=default_text, door_help=dict(door_help or {}), context=context)
+    unknown = set(meta["doors"]) - set(DOORS)
+    if unknown:
+        raise ValueError(f"unknown door(s) {sorted(unknown)}; known: {DOORS}")
+    return field(default=default, metadata=meta)
+
+
+# What --samples means differs per check (samples per problem in the one-step checks, whole runs,
+# a fraction, or nothing). HOOK(lane state): each check's budget text comes from the check table
+# (`specverify.checks.describe()`, when it exists); `cli/audit.py` appends it to `--help`.
+SAMPLES_HELP = ("the sample budget of the statistical checks: samples per problem in the one-step checks; "
+                "other checks scale it or keep their own sizes")
+
+
+@dataclass(frozen=True)
+class Settings:
+    seed: int = setting(0, help="seed of every problem and coin", check=_integer(0, MAX_SEED), parse=int,
+                        door_help={"zoo": "seed of every audit", "option": "seed of the audit"})
+    samples: int = setting(200_000, help=SAMPLES_HELP, check=_integer(MIN_SAMPLES, MAX_SAMPLES), parse=int,
+                           default_text="200000, or the engine's own CPU-sized default")
+    alpha: float = setting(1e-3, help="family-wise false-alarm rate", check=_alpha, parse=float, default_text="1e-3",
+                           door_help={"zoo": "family-wise false-alarm rate of each audit"})
+    timeout: float = setting(120.0, help="seconds one adapter call may take", check=_seconds, parse=float,
+                             default_text="120", doors=("audit", "option", "marker"))
+    checks: tuple | None = setting(None, help="comma-separated subset of checks to run", check=_checks,
+                                   default_text="all that apply", doors=("audit", "marker"), context=False)
+    size: str = setting("standard", check=_size, choices=SIZES, doors=("audit", "marker"),
+                        help="size of the greedy bitwise runs: quick 16 prompts x 32 tokens, standard 32 x 64 (both "
+                             "kappa 1, 3, 7 at batch 1, 8 and ragged 8), full 256 x 256 (kappa 1..7, batch 1..64)",
+                        default_text="standard, or the engine's own default: quick for specverify")
+
+    def to_dict(self) -> dict:
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One setting as the front doors see it (read back from a `Settings` field)."""
+    name: str
+    default: object
+    help: str
+    check: object
+    parse: object
+    choices: tuple | None
+    metavar: str | None
+    flag: str | None
+    doors: tuple
+    default_text: str | None
+    door_help: dict
+    context: bool
+
+    def at(self, door: str) -> bool:
+        return door in self.doors
+
+    def cli_flag(self) -> str:
+        return self.flag or f"--{self.name.replace('_', '-')}"
+
+    def help_at(self, door: str) -> str:
+        """The help this door shows: its own text (`door_help`) or `help`; on a command line followed by
+        the default (`default_text` at the audit, whose default an engine may change)."""
+        text = self.door_help.get(door, self.help)
+        if door == "option":
+            return text
+        default = self.default_text if door == "audit" and self.default_text is not None else (
+            f"{self.default:g}" if isinstance(self.default, float) else str(self.default))
+        return f"{text} (default{': ' if default[:1].isalpha() else ' '}{default})"
+
+
+def specs_of(cls=Settings) -> tuple:
+    """The `Spec` of every field of a settings dataclass, in declaration order."""
+    return tuple(Spec(name=f.name, default=f.default, **f.metadata) for f in fields(cls))
+
+
+SPECS = specs_of()
+DEFAULTS = Settings()
+NAMES = tuple(s.name for s in SPECS)
+
+
+def _specs(specs):
+    return SPECS if specs is None else specs
+
+
+def at_door(door: str, specs=None) -> tuple:
+    """The settings a front door exposes, in declaration order."""
+    if door not in DOORS:
+        raise ValueError(f"unknown door {door!r}; known: {DOORS}")
+    return tuple(s for s in _specs(specs) if s.at(door))
+
+
+def marker_keywords(specs=None) -> tuple:
+    """The keywords `@pytest.mark.specverify(...)` and the fixture's `audit(..., **settings)` accept."""
+    return tuple(s.name for s in at_door("marker", specs))
+
+
+def spelled(name: str, door: str) -> str:
+    """How the user spelled a setting at a door, for error messages."""
+    spec = next((s for s in SPECS if s.name == name), None)
+    flag = spec.cli_flag() if spec else f"--{name}"
+    return {"audit": flag, "zoo": flag, "option": f"--specverify-{flag[2:]}",
+            "marker": f"@pytest.mark.specverify({name}=...)", "keyword": f"{name}="}[door]
+
+
+# ----------------------------------------------------------------------------------- the doors
+
+def add_arguments(parser, door: str, specs=None) -> None:
+    """The argparse options of a command (`door` "audit" or "zoo"). The audit's default is None
+    (unset: the adapter's `audit_defaults`, then DEFAULTS, fill it); the zoo's is the default itself."""
+    for s in at_door(door, specs):
+        kw = dict(help=s.help_at(door), default=None if door == "audit" else s.default)
+        if s.parse is not None:
+            kw["type"] = s.parse
+        if s.choices is not None:
+            kw["choices"] = s.choices
+        if s.metavar is not None:
+            kw["metavar"] = s.metavar
+        parser.add_argument(s.cli_flag(), dest=s.name, **kw)
+
+
+def given_from(args, door: str, specs=None) -> dict:
+    """{name: value} of the settings a parsed command line exposes (None: unset)."""
+    return {s.name: getattr(args, s.name) for s in at_door(door, specs)}
+
+
+def add_pytest_options(group, specs=None) -> None:
+    """pytest's `--specverify-NAME` options (default None: unset)."""
+    for s in at_door("option", specs):
+        kw = dict(default=None, help=s.help_at("option"), dest=f"specverify_{s.name}")
+        if s.parse is not None:
+            kw["type"] = s.parse
+        if s.choices is not None:
+            kw["choices"] = s.choices
+        group.addoption(f"--specverify-{s.cli_flag()[2:]}", **kw)
+
+
+def marker_line(specs=None) -> str:
+    """The `markers` ini line that documents the `specverify` marker."""
+    keys = marker_keywords(specs)
+    return (f"specverify({', '.join(f'{k}=None' for k in keys)}): settings of the specverify exactness gate "
+            "(the `specverify` fixture) in this test")
+
+
+def check_marker(args, kwargs, specs=None) -> None:
+    """InputError unless a `specverify` marker (or the fixture's keywords) names known settings only."""
+    keys = marker_keywords(specs)
+    unknown = sorted(set(kwargs) - set(keys))
+    if unknown or args:
+        raise InputError(f"@pytest.mark.specverify takes keyword settings {', '.join(keys)}, got "
+                         f"{', '.join(map(repr, list(args) + unknown))}")
+
+
+def check_value(name: str, value, battery, label: str | None = None, specs=None):
+    """One setting's value, checked and normalised; InputError names it as `label` (default: its name).
+    The one validation every front door uses."""
+    spec = next((s for s in _specs(specs) if s.name == name), None)
+    if spec is None:
+        raise InputError(f"unknown setting {name!r}; known: {', '.join(s.name for s in _specs(specs))}")
+    return spec.check(value, label or name, battery)
+
+
+def check_given(given: dict, battery, label) -> dict:
+    """The set values of `given` (None: unset) checked; `label(name)` spells each for errors."""
+    return {k: check_value(k, v, battery, label(k)) for k, v in given.items() if v is not None}
 
 
 def resolve(given: dict, adapter_defaults: dict | None, battery, label=None) -> Settings:
@@ -114,5 +293,10 @@ def resolve(given: dict, adapter_defaults: dict | None, battery, label=None) -> 
         unknown = sorted(set(source) - set(NAMES))
         if unknown:
             raise InputError(f"unknown {what}(s) {', '.join(unknown)}; known: {', '.join(NAMES)}")
-        values.update({k: check_value(k, v, battery, name_of(k)) for k, v in source.items() if v is not None})
+        values.update(check_given(source, battery, name_of))
     return replace(DEFAULTS, **values)
+
+
+def context_values(s: Settings) -> dict:
+    """The settings the checks read, as keyword arguments of `checks.base.Context`."""
+    return {spec.name: getattr(s, spec.name) for spec in SPECS if spec.context}

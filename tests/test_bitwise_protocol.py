@@ -265,7 +265,7 @@ def test_transformers_assistants_draft_kappa_tokens_and_the_truncated_one_propos
 
 
 def test_transformers_bitwise_findings_report_states_the_figures(tmp_path, capsys):
-    """`python -m specverify.findings.hf_bitwise` on the tiny model writes audit.json and a README with
+    """`specverify findings hf-bitwise` on the tiny model writes audit.json and a README with
     one figures row per proposer and layout (identical / total, ids identical / total, tokens per target
     forward, the first divergence's kind), the not-covered rows and the command that made it; bad sizes
     and a folder without audit.json are one line and exit 2."""
@@ -280,7 +280,7 @@ def test_transformers_bitwise_findings_report_states_the_figures(tmp_path, capsy
     assert folder.name.startswith("transformers-bitwise-tiny-")
     audit = json.loads((folder / "audit.json").read_text())
     text = (folder / "README.md").read_text()
-    assert "python -m specverify.findings.hf_bitwise --engine transformers-bitwise-tiny --prompts 3 --tokens 8 " \
+    assert "specverify findings hf-bitwise --engine transformers-bitwise-tiny --prompts 3 --tokens 8 " \
            "--kappas 2 --batch 3" in text
     figures = [line for line in text.splitlines() if line.startswith("| `greedy.bitwise") or line.startswith("| `batch.")]
     for run in ("assisted,kappa=2 | 1 |", "assisted_truncated,kappa=2 | 1 |", "prompt_lookup,kappa=2 | 1 |", "plain | 3 |"):

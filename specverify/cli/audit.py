@@ -8,7 +8,7 @@ import sys
 
 from specverify.adapters.registry import described
 from specverify.format import fmt
-from specverify.settings import SIZES
+from specverify.settings import add_arguments, given_from, spelled
 
 HELP = """\
 Audit a speculative-decoding implementation against the exact rules.
@@ -27,23 +27,29 @@ exit codes: 0 the engine passes, 1 it fails a check, 2 usage or input error.
 """
 
 
+def budgets() -> str:
+    """What --samples means for each check, for --help. HOOK(lane state): read from the check table's
+    `specverify.checks.describe()` (a text, or {check: its budget}) once it exists; "" until then."""
+    from specverify import checks
+
+    describe = getattr(checks, "describe", None)
+    if describe is None:
+        return ""
+    text = describe()
+    if not isinstance(text, str):
+        text = "".join(f"  {k:<26}{v}\n" for k, v in dict(text).items())
+    return "\nchecks, and what --samples means for each:\n" + text
+
+
 def register(sub) -> None:
-    p = sub.add_parser("audit", help="audit an engine against the exact rules", description=HELP,
+    p = sub.add_parser("audit", help="audit an engine against the exact rules",
+                       description=HELP.replace("\nexit codes:", budgets() + "\nexit codes:", 1),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("engine", help="engine to audit (see above)")
-    p.add_argument("--seed", type=int, default=None, help="seed of every problem and coin (default 0)")
-    p.add_argument("--samples", type=int, default=None,
-                   help="samples per statistical problem (default 200000, or the engine's own CPU-sized default)")
-    p.add_argument("--alpha", type=float, default=None, help="family-wise false-alarm rate (default 1e-3)")
-    p.add_argument("--checks", default=None, help="comma-separated subset of checks to run (default: all that apply)")
-    p.add_argument("--timeout", type=float, default=None, help="seconds one adapter call may take (default 120)")
+    add_arguments(p, "audit")                   # every setting declared for the audit (`specverify.settings`)
+    p.add_argument("--full", action="store_const", const="full", dest="size", help="the same as --size full")
     p.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH ('-' for stdout)")
     p.add_argument("--report", metavar="DIR", help="also write an HTML + Markdown report of the result to DIR")
-    p.add_argument("--size", choices=SIZES, default=None,
-                   help="size of the greedy bitwise runs: quick 16 prompts x 32 tokens, standard 32 x 64 (both kappa "
-                        "1, 3, 7 at batch 1, 8 and ragged 8), full 256 x 256 (kappa 1..7, batch 1..64) (default: "
-                        "standard, or the engine's own default: quick for specverify)")
-    p.add_argument("--full", action="store_const", const="full", dest="size", help="the same as --size full")
     p.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="checks run side by side, each job with an adapter process of its own; results are "
                         "identical to --jobs 1 (default: the number of CPU cores)")
@@ -91,11 +97,10 @@ def run(args) -> int:
     if args.report:
         check_replaceable(args.report)
         check_writable(args.report, folder=True)
-    given = {"seed": args.seed, "samples": args.samples, "alpha": args.alpha, "timeout": args.timeout,
-             "checks": args.checks, "size": args.size}
+    given = given_from(args, "audit")
     progress = Progress(quiet=args.quiet)
     try:
-        result = prepare(args.engine, given, progress=progress, label=lambda name: f"--{name}",
+        result = prepare(args.engine, given, progress=progress, label=lambda name: spelled(name, "audit"),
                          isolated=not args.in_process).run(jobs=1 if args.in_process else jobs)
     finally:
         progress.done()

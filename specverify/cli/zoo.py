@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from specverify.settings import DEFAULTS
+from specverify.settings import add_arguments, check_given, given_from, spelled
 
 HELP = """\
 Audit the exact reference and every mutant of the bug zoo (`specverify audit mutant:<name>` audits
@@ -22,11 +22,7 @@ Exit 0 only if the reference passes and every mutant is caught; 1 otherwise; 2 o
 def register(sub) -> None:
     p = sub.add_parser("zoo", help="audit the reference and every bug-zoo mutant", description=HELP,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seed", type=int, default=DEFAULTS.seed, help=f"seed of every audit (default {DEFAULTS.seed})")
-    p.add_argument("--samples", type=int, default=DEFAULTS.samples,
-                   help=f"samples per statistical problem (default {DEFAULTS.samples})")
-    p.add_argument("--alpha", type=float, default=DEFAULTS.alpha,
-                   help=f"family-wise false-alarm rate of each audit (default {DEFAULTS.alpha:g})")
+    add_arguments(p, "zoo")
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: the number of cores)")
     p.add_argument("--only", default=None, help="comma-separated subset of engines (reference, mutant:<name>)")
     p.add_argument("--json", metavar="PATH", help="write the zoo result as JSON to PATH")
@@ -44,11 +40,9 @@ def run(args) -> int:
 
     from specverify.audit import BATTERY
     from specverify.io import check_writable
-    from specverify.settings import check_value
 
-    for name in ("seed", "samples", "alpha"):
-        check_value(name, getattr(args, name), BATTERY, label=f"--{name}")
-    if args.samples < 1000:
+    given = check_given(given_from(args, "zoo"), BATTERY, lambda name: spelled(name, "zoo"))
+    if given["samples"] < 1000:
         raise InputError(f"--samples {args.samples}: the zoo needs at least 1000 samples per problem")
     for path in (args.json, args.markdown):
         if path:
@@ -64,7 +58,7 @@ def run(args) -> int:
         names = [n for n in names if n in wanted]
     progress = Progress(quiet=args.quiet)
     try:
-        zoo = run_zoo(names, seed=args.seed, samples=args.samples, alpha=args.alpha, jobs=args.jobs, progress=progress)
+        zoo = run_zoo(names, **given, jobs=args.jobs, progress=progress)
     finally:
         progress.done()
     if args.json:

@@ -1,4 +1,4 @@
-"""Audits of engines nobody here wrote, written up as findings: `python -m specverify.findings`.
+"""Audits of engines nobody here wrote, written up as findings: `specverify findings run`.
 
 For each engine: the battery (`specverify.audit.run_audit`) plus the engine's probes
 (`findings.probes`), Holm over all statistical rows together, then `reports/<engine>-<version>/`:
@@ -63,11 +63,11 @@ PLANS = {
     "llamacpp-bitwise-tiny": ([], 1_000, ["bitwise"]),      # seconds: the CI form
     # MLX-LM runs whole generations on its own tiny Llamas (~40 ms a run here): the engine-level rows at
     # 5000 runs a law row (the adapter's audit default); the bitwise level on the tiny Llama at the CI
-    # size (SmolLM2-135M at a smaller one: `python -m specverify.findings.mlx_bitwise`)
+    # size (SmolLM2-135M at a smaller one: `specverify findings mlx-bitwise`)
     "mlx": ([], 5_000, None),
     "mlx-bitwise-tiny": ([], 5_000, ["bitwise"]),
     # transformers' greedy generate() on the bitwise level: the tiny Llama at the standard size (seconds);
-    # SmolLM2-135M at the standard size is ~2.5 CPU-hours here (`python -m specverify.findings.hf_bitwise`
+    # SmolLM2-135M at the standard size is ~2.5 CPU-hours here (`specverify findings hf-bitwise`
     # runs it at a chosen size and writes the figures into the README)
     "transformers-bitwise-tiny": ([], 1_000, ["bitwise"]),
     "transformers-bitwise": ([], 1_000, ["bitwise"]),
@@ -233,7 +233,7 @@ NOTES.update({
     "llamacpp-draft": _LLAMACPP + "Drafts: our `ModelDraft` (a second Llama on the draft GGUF sampling kappa tokens "
                       "with the run's transform; llama-cpp-python ships only the abstract LlamaDraftModel), so the "
                       "identity rows measure sample-match acceptance with q = p: sum_x p(x)^2, not 1 "
-                      "(`python -m specverify.findings.llamacpp_identity` compares it with the prediction).",
+                      "(`specverify findings llamacpp-identity` compares it with the prediction).",
     "llamacpp-bitwise-tiny": ("llama-cpp-python 0.3.36 greedy `generate` on a tiny random Llama (V = 256) as an f32 "
                               "GGUF with an f32 KV cache: prompt lookup and the model as its own greedy draft vs "
                               "plain decode, logits rows read by a logits processor. The reproducer shows the same "

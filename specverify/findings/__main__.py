@@ -1,4 +1,4 @@
-"""`python -m specverify.findings [ENGINE ...] [--out reports] [--jobs 2]`: audit engines, write reports.
+"""`specverify findings run [ENGINE ...] [--out reports] [--jobs 2]`: audit engines, write reports.
 
 Each engine runs in its own process (`--one ENGINE`), `--jobs` at a time. Exit 0 when every report
 was written (whatever the engines' verdicts: a failing engine is a finding, not an error), 2 when an
@@ -16,7 +16,7 @@ from . import PLANS
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m specverify.findings", description=__doc__,
+    ap = argparse.ArgumentParser(prog="specverify findings run", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("engines", nargs="*", default=list(PLANS), help=f"engines (default: all of {', '.join(PLANS)})")
     ap.add_argument("--out", default="reports", help="folder of the reports (default reports/)")

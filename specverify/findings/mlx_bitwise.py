@@ -7,9 +7,9 @@ comparisons and divergence classes) at `--prompts` x `--tokens` with the given k
 layout, on the repo's prompts, and writes `reports/mlx-bitwise-<version>/` like `python -m
 specverify.findings` (audit.json, README.md):
 
-    python -m specverify.findings.mlx_bitwise [--prompts 3] [--tokens 32] [--kappas 3] [--batch 3]
+    specverify findings mlx-bitwise [--prompts 3] [--tokens 32] [--kappas 3] [--batch 3]
 
-The tiny-model form runs at the CI size through the findings runner: `python -m specverify.findings
+The tiny-model form runs at the CI size through the findings runner: `specverify findings run
 mlx-bitwise-tiny`.
 """
 
@@ -21,7 +21,7 @@ from dataclasses import replace
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m specverify.findings.mlx_bitwise", description=__doc__,
+    ap = argparse.ArgumentParser(prog="specverify findings mlx-bitwise", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prompts", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=32)
@@ -42,13 +42,9 @@ def main(argv=None) -> int:
         ready.settings = replace(ready.settings, checks=())
         result = ready.run(extra=lambda engine, ctx: bitwise.run(engine, ctx, sizes=sizes))
     except (InputError, AdapterError, ValueError) as exc:
-        print(f"specverify.findings.mlx_bitwise: {exc}", file=sys.stderr)
+        print(f"specverify findings mlx-bitwise: {exc}", file=sys.stderr)
         return 2
     folder = write(result, "mlx-bitwise", args.out)
     print(f"mlx-bitwise {result.engine_version}: {result.verdict.upper()} in {result.seconds:.0f} s, "
           f"{len(result.checks)} rows -> {folder}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

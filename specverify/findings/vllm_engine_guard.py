@@ -4,7 +4,7 @@ placeholder draft, id -1, gets coin +inf: never accepted, as in the Triton kerne
 or without it (`shipped`), for comparison. If the rows pass with the guard and fail without, the padded
 placeholder drafts (repro `vllm_cpu_engine_draft_law.py`) are the whole of what is left once #55005 is repaired.
 
-    SPECVERIFY_CACHE=... VENV/bin/python -m specverify.findings.vllm_engine_guard draft|probabilistic guard|shipped
+    SPECVERIFY_CACHE=... VENV/bin/python -m specverify findings vllm-engine-guard draft|probabilistic guard|shipped
 
 20,000 runs (temperature 1) and 10,000 (top-p 0.8) of 4 tokens from prompt [1], kappa 2, seeds 5 + i; Pearson
 chi-squared over the cells with expected count >= 5 and the count of runs of exact probability 0. The
@@ -49,7 +49,7 @@ def audit_models():
     return harness.models(eng, SETUP, Context(seed=0))
 
 
-def main(method: str, mode: str) -> None:
+def measure(method: str, mode: str) -> None:
     v._environment()
     installed_guard = mode == "guard"
     if installed_guard:
@@ -73,8 +73,11 @@ def main(method: str, mode: str) -> None:
               f"({time.time() - t0:.0f} s)", flush=True)
 
 
-if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in (v.DRAFT, v.PROBABILISTIC) or sys.argv[2] not in ("guard", "shipped"):
-        print("usage: python -m specverify.findings.vllm_engine_guard draft|probabilistic guard|shipped", file=sys.stderr)
-        sys.exit(2)
-    main(sys.argv[1], sys.argv[2])
+def main(argv=None) -> int:
+    """`specverify findings vllm-engine-guard draft|probabilistic guard|shipped`."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if len(argv) != 2 or argv[0] not in (v.DRAFT, v.PROBABILISTIC) or argv[1] not in ("guard", "shipped"):
+        print("usage: specverify findings vllm-engine-guard draft|probabilistic guard|shipped", file=sys.stderr)
+        return 2
+    measure(argv[0], argv[1])
+    return 0
