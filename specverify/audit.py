@@ -22,7 +22,8 @@ from specverify.errors import AdapterError, InputError
 
 from .checks import onestep
 from .isolation import AdapterHandle, open_adapter
-from .checks.base import ERROR, FAIL, PASS, SKIP, WARN, CheckResult, Context
+from .checks.base import CheckResult, Context
+from .verdicts import ERROR, FAIL, PASS, SKIP, WARN
 
 # the checks of the battery, in the order they run (module names under specverify.checks)
 BATTERY = ["marginal", "joint", "acceptance", "endpoints", "composition", "greedy", "reproducibility",

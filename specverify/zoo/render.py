@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from specverify.errors import InputError
 from specverify.reports.analysis import ZOO_SYMBOLS
+from specverify.verdicts import FAIL, PASS
 
 # column heads: check -> at most CELL characters
 SHORT = {"marginal": "marg", "joint": "joint", "acceptance": "accept", "endpoints": "endpt",
@@ -76,7 +77,7 @@ def readme_block(result: dict) -> str:
     for e, (row, verdict) in engines.items():
         lines.append(_matrix_line(e, width, [row[c] for c in kept]) + "  " + verdict.upper())
     verdicts = {e: verdict for e, (_, verdict) in engines.items()}
-    missed = [e for e, verdict in verdicts.items() if e != "reference" and verdict != "fail"]
+    missed = [e for e, verdict in verdicts.items() if e != "reference" and verdict != FAIL]
     reference = verdicts.get("reference", "?")
-    lines += ["", _summary(reference == "pass" and not missed, reference, len(engines) - 1, missed), "```"]
+    lines += ["", _summary(reference == PASS and not missed, reference, len(engines) - 1, missed), "```"]
     return "\n".join(lines) + "\n"
