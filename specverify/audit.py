@@ -20,15 +20,15 @@ from specverify import __version__, stats
 from specverify import settings as settings_mod
 from specverify.errors import AdapterError, InputError
 
-from .checks import onestep
+from .battery import onestep
 from .isolation import AdapterHandle, open_adapter
-from .checks.base import CheckResult, Context
+from .battery.base import CheckResult, Context
 from .verdicts import ERROR, FAIL, PASS, SKIP, WARN
 
 # the checks of the battery, in the order they run (module names under specverify.checks)
 BATTERY = ["marginal", "joint", "acceptance", "endpoints", "composition", "greedy", "reproducibility",
            "rng_discipline", "runs", "transforms", "identity", "bitwise", "processors", "rank_agreement",
-           "large_vocab", "far_tail", "hostile"]      # real vocabulary sizes (`checks.large_problems`)
+           "large_vocab", "far_tail", "hostile"]      # real vocabulary sizes (`battery.large_problems`)
 
 
 @dataclass

@@ -20,8 +20,8 @@ import numpy as np
 
 from specverify import stats
 
-from . import onestep
-from .base import PASS, CheckResult
+from ..battery import onestep
+from ..battery.base import PASS, CheckResult
 
 
 def alpha_first(problem) -> float:

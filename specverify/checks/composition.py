@@ -18,9 +18,9 @@ from specverify.reference import rules
 from specverify.reference.batch import PAD, Coins, VerifyBatch
 from specverify.reference.tree_batch import TreeBatch, TreeCoins
 
-from . import harness
-from .base import FAIL, PASS, CheckResult, Timer
-from .problems import drafted_request
+from ..battery import harness
+from ..battery.base import FAIL, PASS, CheckResult, Timer
+from ..battery.problems import drafted_request
 
 VOCAB = 8
 N_PROBES = 96

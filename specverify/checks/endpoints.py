@@ -29,9 +29,9 @@ from specverify.reference import rules
 from specverify.reference.batch import PAD, Coins, VerifyBatch
 from specverify.reference.tree_batch import TreeBatch, TreeCoins, shape_of
 
-from . import harness
-from .base import FAIL, PASS, WARN, CheckResult, Timer
-from .problems import drafted_request
+from ..battery import harness
+from ..battery.base import FAIL, PASS, WARN, CheckResult, Timer
+from ..battery.problems import drafted_request
 
 IN_CONTRACT = {"0.0": 0.0, "5e-324": 5e-324, "1-2^-53": 1.0 - 2.0**-53, "1-2^-24": 1.0 - 2.0**-24}
 OUT_OF_CONTRACT = {"1.0": 1.0}

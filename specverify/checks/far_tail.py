@@ -25,8 +25,8 @@ from __future__ import annotations
 from specverify import stats
 from specverify.reference import rules
 
-from . import large_problems as lp
-from .base import FAIL, PASS, CheckResult, Timer
+from ..battery import large_problems as lp
+from ..battery.base import FAIL, PASS, CheckResult, Timer
 from .large_vocab import STOCHASTIC, ids_row, sample
 
 

@@ -18,8 +18,8 @@ import numpy as np
 from specverify.reference.batch import Coins, VerifyBatch
 from specverify.reference.chain import greedy_rule
 
-from . import harness
-from .base import FAIL, PASS, CheckResult, Timer
+from ..battery import harness
+from ..battery.base import FAIL, PASS, CheckResult, Timer
 from specverify.reference.batch import PAD
 
 VOCAB = 6

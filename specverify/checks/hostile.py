@@ -25,8 +25,8 @@ from specverify.errors import AdapterError
 from specverify.reference import rules
 from specverify.reference.batch import Coins
 
-from . import harness, large_problems as lp
-from .base import FAIL, PASS, CheckResult, Timer
+from ..battery import harness, large_problems as lp
+from ..battery.base import FAIL, PASS, CheckResult, Timer
 
 HOSTILE_VOCABS = (8193, 151936)
 TARGET_KINDS = ("nan-entry", "nan-row", "+inf-entry", "-inf-entry", "zero-row")

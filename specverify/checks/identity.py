@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from specverify.reference.transforms import Transform
 
-from . import harness
-from .base import FAIL, PASS, SKIP, CheckResult, Timer
+from ..battery import harness
+from ..battery.base import FAIL, PASS, SKIP, CheckResult, Timer
 from .runs import SETUP, generate, levels
 
 TRANSFORM = Transform(temperature=0.7, top_k=3)

@@ -12,8 +12,8 @@ import numpy as np
 from specverify import stats
 from specverify.reference.laws import encode
 
-from . import onestep
-from .base import FAIL, PASS, CheckResult
+from ..battery import onestep
+from ..battery.base import FAIL, PASS, CheckResult
 from specverify.reference.batch import PAD
 
 

@@ -41,8 +41,8 @@ from specverify.errors import AdapterError
 from specverify.reference import rules
 from specverify.reference.batch import Coins
 
-from . import harness, large_problems as lp
-from .base import FAIL, PASS, CheckResult, Timer
+from ..battery import harness, large_problems as lp
+from ..battery.base import FAIL, PASS, CheckResult, Timer
 from .marginal import gof
 
 DENSE_POOLS = 64

@@ -12,8 +12,8 @@ import numpy as np
 
 from specverify import stats
 
-from . import onestep
-from .base import FAIL, PASS, CheckResult
+from ..battery import onestep
+from ..battery.base import FAIL, PASS, CheckResult
 
 MIN_STATISTICAL_N = 200   # fewer samples at a position: only the exact (impossible-token) check
 

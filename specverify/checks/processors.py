@@ -44,8 +44,8 @@ from specverify.reference.processors import Grammar, Processors, stopped
 from specverify.reference.toy import ToyModel
 from specverify.reference.transforms import Transform
 
-from . import harness
-from .base import FAIL, PASS, SKIP, CheckResult, Timer
+from ..battery import harness
+from ..battery.base import FAIL, PASS, SKIP, CheckResult, Timer
 from .joint import sequence_gof
 from .runs import generate, levels
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from specverify.reference.batch import VerifyBatch
 
-from .base import FAIL, PASS, SKIP, CheckResult, Timer
+from ..battery.base import FAIL, PASS, SKIP, CheckResult, Timer
 
 WORLD_SIZES = (2, 4)
 CALLS = 4                   # seeded calls per rank, streams continued

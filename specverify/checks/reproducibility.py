@@ -22,8 +22,8 @@ import numpy as np
 
 from specverify.reference.batch import VerifyBatch
 
-from . import harness, onestep, problems
-from .base import FAIL, PASS, SKIP, CheckResult, Timer
+from ..battery import harness, onestep, problems
+from ..battery.base import FAIL, PASS, SKIP, CheckResult, Timer
 from .composition import probes
 from .joint import sequence_gof
 

@@ -18,9 +18,9 @@ import numpy as np
 
 from specverify.reference.batch import PAD, VerifyBatch
 
-from .base import FAIL, PASS, SKIP, CheckResult, Timer
+from ..battery.base import FAIL, PASS, SKIP, CheckResult, Timer
 from .composition import VOCAB
-from .problems import drafted_request
+from ..battery.problems import drafted_request
 from .reproducibility import applies, fresh, seeded_call
 
 M = 64

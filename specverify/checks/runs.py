@@ -26,8 +26,8 @@ from specverify.reference.toy import ToyModel
 from specverify.reference.toy_engine import SpecEngine
 from specverify.reference.transforms import Transform
 
-from . import harness
-from .base import FAIL, PASS, CheckResult, Timer
+from ..battery import harness
+from ..battery.base import FAIL, PASS, CheckResult, Timer
 from .joint import sequence_gof
 
 

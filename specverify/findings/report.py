@@ -11,7 +11,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from specverify.checks.base import ERROR, FAIL, WARN, CheckResult
+from specverify.battery.base import ERROR, FAIL, WARN, CheckResult
 from specverify.format import fmt, json_safe
 
 from . import ISOLATED, LARGE, NOT_AUDITABLE, NOT_RUN, NOTES, PLANS, REPRODUCERS, probes
@@ -69,7 +69,7 @@ def large_sizing(name: str) -> str:
     scale, max_vocab = LARGE.get(name, (1.0, None))
     if scale >= 1.0 and max_vocab is None:
         return ""
-    from specverify.checks import large_problems as lp
+    from specverify.battery import large_problems as lp
     text = (f"Real-vocabulary rows sized for the Triton interpreter: {scale:g} of the default samples per "
             f"problem (at least {lp.MIN_SCALED}; the n column gives each row's samples, min TV its power)")
     if "far_tail" in (PLANS[name][2] or ()) and (max_vocab is None or max_vocab >= lp.FAR_TAIL_VOCAB):

@@ -27,7 +27,7 @@ from specverify import stats
 from specverify.errors import InputError
 from specverify.verdicts import ERROR, FAIL, PASS, SKIP, WARN
 
-DISPLAY_MIN_EXPECTED = 10.0     # the audit's pooling threshold (checks.base.Context.min_expected)
+DISPLAY_MIN_EXPECTED = 10.0     # the audit's pooling threshold (battery.base.Context.min_expected)
 LABEL_KEYS = ("cells", "sequences", "labels", "tokens")
 
 
