@@ -29,7 +29,6 @@ class Sampled:
 
 
 _LAWS: dict = {}
-USERS = ("marginal", "joint", "acceptance")   # the checks that read these samples
 
 
 def sampling_seconds(ctx) -> float:

@@ -19,6 +19,8 @@ divergence there (proof that the comparison can see one) and warn when it sees n
 
 Prompts are sent in calls of at most CHUNK prompts (or the layout's batch size if larger), logits as
 digests; on a divergence the two calls are repeated with rows to report values.
+
+Budget (`--samples`): prompts and tokens from --size (quick, standard, full); --samples unused.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ outputs must be identical token for token.
 Catches cross-request leakage through the ragged index arithmetic (a bonus row off by one lands in
 the neighbour's rows, a coin read from the neighbour's slice) and anything that makes a request's
 result depend on max_spec_len, on its position or on the other requests' kinds.
+
+Budget (`--samples`): exact rows on fixed probe batches; --samples unused.
 """
 
 from __future__ import annotations

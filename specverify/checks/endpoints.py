@@ -19,6 +19,8 @@ Rows: `<rule>.zero_prob[coin=...]` -- no emitted token has target probability 0 
 `chain.structure` -- on these batches and on random ones, every row is a run of accepted drafts
 followed by one token: at most k + 1 tokens, no -1 between tokens, every token but the last equal to
 the draft at its position (catches keeping the tail after a rejection and accepting padded drafts).
+
+Budget (`--samples`): exact rows on fixed batches (every coin endpoint); --samples unused.
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ beats a head id only when that head id's own noise exceeds ~5: 1.1e-4 tail hits 
 3.15e-3 (vLLM PRs #43150, #45996); a float32 cumulative sum stops growing after the head (a tail
 increment is below half an ulp of 0.997), so the tail is never drawn. The row's stated
 `min_detectable_tv` is the smallest |rate - m| it detects with power 0.99 at its level.
+
+Budget (`--samples`): 6400 draws x large_scale; --samples unused.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ Problems: rows with exact ties between the two largest entries, rows whose top t
 ulp, rows with zeros, random rows; drafts equal to the argmax, to the other tied token, or random.
 Catches a tie-break toward the highest index (speculative greedy then differs from plain greedy
 decoding on every tie) and any deviation from the argmax rule.
+
+Budget (`--samples`): exact rows on fixed problems; --samples unused.
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ and in the middle of two drafts; draft-row kinds put it in the draft rows instea
 the engine claims greedy.
 
 Rows: `<rule>.hostile[<kind>,V=<V>]`, exact (a V above `ctx.large_max_vocab`: one SKIP row, not covered).
+
+Budget (`--samples`): exact rows on fixed hostile rows; --samples unused.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ counts them at sampler level); otherwise the row is skipped with the reason. An 
 that declares `processors` gets the same rows with logits processors on (`checks.processors`
 IDENTITY_ROWS: penalties + min_p + logit bias; min_tokens + stop + grammar), each run only when its
 processors are declared.
+
+Budget (`--samples`): 2000 runs per row, fixed; --samples unused.
 """
 
 from __future__ import annotations

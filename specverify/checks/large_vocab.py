@@ -30,6 +30,8 @@ rounded to float32: the pooled and support-cell laws move by ~1e-7, far below th
 Catches: an id >= V or a padded slot returned from the last partial tile (vLLM GHSA-8wr5-jm2h-8r4f,
 PR #44744), a missing fallback when the residual is all zero, off-by-one tile edges (a token at a
 multiple of the tile dropped or duplicated), laws biased only at scale.
+
+Budget (`--samples`): samples sized from the vocabulary (bytes of rows per problem) x large_scale; --samples unused.
 """
 
 from __future__ import annotations

@@ -29,6 +29,8 @@ Power: the chi-squared rows state their min detectable TV (Holm at the audit's a
 see any single offending run. Time: 2.2-2.4 s for the whole check on the reference (0.15-0.25 s a
 law row; it runs beside the other checks, so the default audit's wall moves within its noise, about
 +1 s at most); about 64 s on our engine.
+
+Budget (`--samples`): max(2000, samples // 20) whole runs per law row; exact rows of fixed size.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ max_spec_len acceptance uniforms, say), its later tokens change.
 
 This is vLLM's rule (vllm/v1/sample/rejection_sampler.py, generate_uniform_probs: "Do not generate
 random numbers for requests with no draft tokens. This can be important for reproducibility.").
+
+Budget (`--samples`): exact rows on fixed seeded calls; --samples unused.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ Catches what one step cannot: the KV cache keeping rejected drafts (stale-kv), a
 verifier with the wrong q (greedy drafts verified with a soft q), keeping the tail after a rejection,
 a bonus token from the wrong row -- anything that makes a later step condition on a prefix that did
 not happen. `runs_greedy` (temperature 0) must reproduce the target's greedy path token for token.
+
+Budget (`--samples`): samples whole runs per level (runs_greedy: 256 runs, fixed).
 """
 
 from __future__ import annotations
