@@ -23,6 +23,7 @@ from . import checks as battery
 from .battery import onestep
 from .isolation import AdapterHandle, open_adapter
 from .battery.base import CheckResult, Context
+from .battery.state import AuditState
 from .battery.deviations import BIASED, CONTRACT, KIND_TEXT, NOT_BITWISE, OTHER_RULE, RANKS_DISAGREE  # noqa: F401
 from .verdicts import ERROR, FAIL, PASS, SKIP, WARN
 
@@ -121,11 +122,12 @@ def _flag(name: str, attr: str) -> bool:
     return check is not None and getattr(check, attr)
 
 
-def inputs_unchanged(contexts: list) -> CheckResult:
+def inputs_unchanged(states: list) -> CheckResult:
     """The exact row `contract.inputs_unchanged`: no adapter call changed an array it was given (the
-    handle compares every input with the audit's own copy after each call)."""
-    calls = sum(c.__dict__.get("calls", 0) for c in contexts)
-    changed = [x for c in contexts for x in c.__dict__.get("changed_inputs", [])]
+    handle compares every input with the audit's own copy after each call; `states`: every job's
+    `AuditState`)."""
+    calls = sum(s.calls for s in states)
+    changed = [x for s in states for x in s.changed_inputs]
     if changed:
         what, names = changed[0]
         detail = (f"{len(changed)} of {calls} adapter calls changed arrays they were given; first: {what} "
@@ -156,14 +158,14 @@ class _Ran:
 
 
 def run_checks(engine, ctx: Context, names, ran: _Ran) -> None:
-    """Run the named battery checks against `engine` in `ctx`, adding to `ran`."""
+    """Run the named battery checks against `engine` in `ctx`, adding to `ran` (each check sees `ctx`
+    with its own name in `ctx.check`, and the same state)."""
     for name in names:
         check = battery.BY_NAME[name]
         ctx.say(f"check {name}")
-        ctx.check = name
         sampled = onestep.sampling_seconds(ctx)
         t0 = time.perf_counter()
-        found = check.run(engine, ctx)
+        found = check.run(engine, replace(ctx, check=name))
         ran.seconds[name] = time.perf_counter() - t0
         ran.paid[name] = onestep.sampling_seconds(ctx) - sampled
         for r in found:
@@ -177,7 +179,6 @@ def run_checks(engine, ctx: Context, names, ran: _Ran) -> None:
             partial = [r.detail for r in found if r.verdict == SKIP and r.data.get("not_covered")]
             if partial:
                 ran.not_covered[name] = "; ".join(partial)
-    ctx.check = ""
     ran.shared = onestep.sampling_seconds(ctx)
 
 
@@ -199,8 +200,8 @@ def groups_of(names: list) -> list:
 
 def run_parallel(engine, ctx: Context, names: list, jobs: int, open_engine) -> list:
     """Run the checks in `jobs` threads, each with its own adapter (`open_engine()` -> a handle in a
-    worker process of its own) and its own context (same seed and settings: every row is what a
-    serial run gives). Returns [(engine, ctx, _Ran)] of every job; the extra handles are closed."""
+    worker process of its own) and its own context (same seed and settings, a state of its own that
+    shares the audit's laws and models: `AuditState.job`; every row is what a serial run gives). Returns [(engine, ctx, _Ran)] of every job; the extra handles are closed."""
     import queue
     from concurrent.futures import ThreadPoolExecutor
 
@@ -212,7 +213,7 @@ def run_parallel(engine, ctx: Context, names: list, jobs: int, open_engine) -> l
     try:
         for _ in range(jobs - 1):
             extra = open_engine()
-            workers.append((extra, replace(ctx, factory=extra.fresh)))
+            workers.append((extra, replace(ctx, factory=extra.fresh, state=ctx.state.job())))
 
         def work(worker):
             ran = _Ran()
@@ -244,13 +245,15 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
     adapters of the same engine for the seeded checks (else ctx.factory; None skips them).
     `extra(engine, ctx) -> rows`: more rows (an engine's own probes) decided with the battery's, in
     one Holm family. `jobs` > 1 with `open_engine` runs independent checks side by side (`run_parallel`):
-    the same rows, in the same order, as one after the other."""
+    the same rows, in the same order, as one after the other. The audit runs on a copy of `ctx` with a
+    state of its own (`AuditState`): two audits in one process share nothing."""
     start = time.perf_counter()
+    ctx = replace(ctx, state=AuditState())
     if factory is not None:
-        ctx.factory = factory
+        ctx = replace(ctx, factory=factory)
     names = list(BATTERY if checks is None else checks)
     if jobs > 1 and open_engine is not None:
-        ctx.jobs, ctx.open_engine = jobs, open_engine
+        ctx = replace(ctx, jobs=jobs, open_engine=open_engine)
     if jobs > 1 and open_engine is not None and len(names) > 1:
         done = run_parallel(engine, ctx, names, jobs, open_engine)
     else:
@@ -269,7 +272,7 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
         raise AdapterError(f"engine {engine.name!r} supports none of the checks run (capabilities: "
                            f"{sorted(getattr(engine, 'capabilities', ()))}; checks: {', '.join(names) or 'none'})")
     if isinstance(engine, AdapterHandle):
-        rows.append(inputs_unchanged([c for _, c, _ in done]))
+        rows.append(inputs_unchanged([c.state for _, c, _ in done]))
     return AuditResult(engine=str(engine.name), verdict=verdict_of(rows), seed=ctx.seed, alpha=ctx.alpha,
                        samples=ctx.samples, checks=rows, engine_version=getattr(engine, "version", None),
                        seconds=time.perf_counter() - start, check_seconds=check_seconds, deviation=deviation_of(rows),

@@ -59,5 +59,5 @@ def run(engine, ctx) -> list[CheckResult]:
                    f"{lp.TAIL_PROB:g} each; expected {n * m:.1f} (rate {m:.3g}); a tail never drawn has p = {never:.1g}",
             data={"tail_hits": hits, "tail_mass": m, "expected_hits": n * m, "p_value_if_never_drawn": never},
             power_fn=lambda level, n=n, k=hits: stats.binomial_test(k, n, m, alpha=level, power=ctx.power).min_detectable_diff))
-    ctx.__dict__.pop("_large_vocab_rows", None)         # the row buffer is not kept past the check
+    ctx.state.buffers.pop("_large_vocab_rows", None)    # the row buffer is not kept past the check
     return rows

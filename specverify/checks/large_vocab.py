@@ -200,7 +200,7 @@ def run(engine, ctx) -> list[CheckResult]:
                                         seconds=t.seconds, detail=f"the call raised on valid rows: {out[:200]}"))
                 continue
             rows += judge(rule.name, problem, out, t.seconds, ctx)
-    ctx.__dict__.pop("_large_vocab_rows", None)         # the row buffer is not kept past the check
+    ctx.state.buffers.pop("_large_vocab_rows", None)    # the row buffer is not kept past the check
     if "greedy" in caps:
         rows += greedy_rows(engine, problems, ctx)
     return rows

@@ -51,15 +51,16 @@ class ToySetup:
 
 
 SETUP = ToySetup()
-_LAWS: dict = {}
 
 
-def target_law(target, transform: Transform, setup: ToySetup = SETUP, length: int | None = None) -> laws.SequenceLaw:
-    key = (harness.law_key(target), transform, setup.prompt, length or setup.length)
-    law = _LAWS.get(key)
-    if law is None:
-        law = _LAWS[key] = laws.target_law(laws.Transformed(target, transform), setup.prompt, length or setup.length)
-    return law
+def target_law(target, transform: Transform, setup: ToySetup = SETUP, length: int | None = None,
+               ctx=None) -> laws.SequenceLaw:
+    """The exact law of runs of the transformed target (memoised in the audit's state when `ctx` is given)."""
+    def build():
+        return laws.target_law(laws.Transformed(target, transform), setup.prompt, length or setup.length)
+    if ctx is None:
+        return build()
+    return ctx.state.shared.law(("runs", harness.law_key(target), transform, setup.prompt, length or setup.length), build)
 
 
 def levels(engine) -> list[str]:
@@ -111,7 +112,7 @@ def joint_row(engine, level, ctx, name: str, transform: Transform, n: int, seed_
     with Timer() as t:
         tokens, _ = generate(engine, level, ctx, name, target=target, draft=draft, prompt=SETUP.prompt,
                              kappa=SETUP.kappa, transform=transform, seed=seed, n=n, length=SETUP.length)
-    return sequence_gof(name, tokens, target_law(target, transform), t.seconds, ctx)
+    return sequence_gof(name, tokens, target_law(target, transform, ctx=ctx), t.seconds, ctx)
 
 
 def greedy_row(engine, level, ctx, n: int = 256) -> CheckResult:
