@@ -32,7 +32,7 @@ class VerifyRule:
                 the exact law of one step after `prefix`, `shape` the drafts' kappa or a tree's
                 branching; None for a lossy rule, whose law depends on its parameters
                 (`laws.chunk_law` with the rule object as the acceptance)
-    problems    the one-step problems the battery poses (`checks.problems` names), each with its
+    problems    the one-step problems the battery poses (`battery.problems` names), each with its
                 draft shape: None for the problem's own kappa drafts, a tree's branching for a tree
     code        its kind in the compiled sampler `fast` (None: not compiled)
     greedy      its requests carry greedy == True (temperature 0, no coins)

@@ -10,7 +10,6 @@ their own.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import os
 import time
@@ -20,14 +19,16 @@ from specverify import __version__, stats
 from specverify import settings as settings_mod
 from specverify.errors import AdapterError, InputError
 
-from .checks import onestep
+from . import checks as battery
+from .battery import onestep
 from .isolation import AdapterHandle, open_adapter
-from .checks.base import ERROR, FAIL, PASS, SKIP, WARN, CheckResult, Context
+from .battery.base import CheckResult, Context
+from .battery.state import AuditState
+from .battery.deviations import BIASED, CONTRACT, KIND_TEXT, NOT_BITWISE, OTHER_RULE, RANKS_DISAGREE  # noqa: F401
+from .verdicts import ERROR, FAIL, PASS, SKIP, WARN
 
-# the checks of the battery, in the order they run (module names under specverify.checks)
-BATTERY = ["marginal", "joint", "acceptance", "endpoints", "composition", "greedy", "reproducibility",
-           "rng_discipline", "runs", "transforms", "identity", "bitwise", "processors", "rank_agreement",
-           "large_vocab", "far_tail", "hostile"]      # real vocabulary sizes (`checks.large_problems`)
+# the checks of the battery, in the order they run (`specverify.checks.TABLE`)
+BATTERY = list(battery.NAMES)
 
 
 @dataclass
@@ -82,46 +83,25 @@ def apply_holm(rows: list[CheckResult], ctx: Context) -> None:
             r.min_detectable_tv = float(stats.min_detectable_tv(r.n, r.dof, level, ctx.power))
 
 
-# What kind of deviation a failing audit saw (AuditResult.deviation["kind"]):
-BIASED = "biased"                   # the law of emitted tokens (a position, or whole runs) is not the target's
-OTHER_RULE = "exact-other-rule"     # whole runs have the exact law; only the one-step joint law / acceptance
-                                    # differ from the chain rule's: lower acceptance, a speed bug
-CONTRACT = "contract"               # the adapter broke the protocol (changed its inputs, ...)
-NOT_BITWISE = "not-bitwise"         # greedy outputs or logits depend on speculation or the batch (`bitwise`)
-RANKS_DISAGREE = "ranks-disagree"   # the ranks of one tensor-parallel engine emitted different tokens
-KIND_TEXT = {
-    NOT_BITWISE: "greedy output not bitwise plain decode at batch 1 (each row names its divergence kind)",
-    RANKS_DISAGREE: "ranks emit different tokens for the same inputs",
-    BIASED: "biased output law",
-    OTHER_RULE: "exact output law by another rule (acceptance below the chain rule's: a speed bug, not a bias)",
-    CONTRACT: "contract violation",
-}
-# checks whose failures, when they are all that failed, have a kind of their own
-CHECK_KINDS = {"bitwise": NOT_BITWISE, "rank_agreement": RANKS_DISAGREE}
-# checks whose failure alone says "not the chain rule" rather than "biased", once whole runs are exact
-ONE_STEP_RULE_CHECKS = ("joint", "acceptance", "identity")
-WHOLE_RUN_CHECKS = ("runs", "transforms")
-
-
 def deviation_of(rows: list[CheckResult]) -> dict | None:
     """{"kind", "text", "rows"} of a failing audit (None if nothing failed).
 
     contract: a `contract` row failed. not-bitwise / ranks-disagree: only `bitwise` / only
-    `rank_agreement` rows failed (CHECK_KINDS). exact-other-rule: every failing row is a one-step joint law
+    `rank_agreement` rows failed (the table's `fails_as`). exact-other-rule: every failing row is a one-step joint law
     (`joint`, the seeded `*.joint` law), an acceptance rate or the identity draft, and the whole-run
     law rows (`runs`, `transforms`) ran and passed -- the output stream is exact, the rule accepts
     less than the chain rule (sample-match verification is the classic case). Anything else: biased."""
     failed = [r for r in rows if r.verdict in (FAIL, ERROR)]
     if not failed:
         return None
-    own = {CHECK_KINDS.get(r.check) for r in failed}
+    own = {_fails_as(r.check) for r in failed}
     if any(r.check == "contract" for r in failed):
         kind = CONTRACT
     elif len(own) == 1 and None not in own:
         kind = own.pop()
     else:
-        runs = [r for r in rows if r.check in WHOLE_RUN_CHECKS and r.verdict in (PASS, FAIL)]
-        one_step = all(r.check in ONE_STEP_RULE_CHECKS or (r.check == "reproducibility" and ".joint[" in r.name)
+        runs = [r for r in rows if _flag(r.check, "whole_run") and r.verdict in (PASS, FAIL)]
+        one_step = all(_flag(r.check, "rule_only") or (r.check == "reproducibility" and ".joint[" in r.name)
                        for r in failed)
         kind = OTHER_RULE if one_step and runs and all(r.verdict == PASS for r in runs) else BIASED
     if kind == OTHER_RULE:
@@ -132,11 +112,22 @@ def deviation_of(rows: list[CheckResult]) -> dict | None:
     return {"kind": kind, "text": KIND_TEXT[kind], "rows": len(failed)}
 
 
-def inputs_unchanged(contexts: list) -> CheckResult:
+def _fails_as(name: str):
+    check = battery.BY_NAME.get(name)
+    return None if check is None else check.fails_as
+
+
+def _flag(name: str, attr: str) -> bool:
+    check = battery.BY_NAME.get(name)
+    return check is not None and getattr(check, attr)
+
+
+def inputs_unchanged(states: list) -> CheckResult:
     """The exact row `contract.inputs_unchanged`: no adapter call changed an array it was given (the
-    handle compares every input with the audit's own copy after each call)."""
-    calls = sum(c.__dict__.get("calls", 0) for c in contexts)
-    changed = [x for c in contexts for x in c.__dict__.get("changed_inputs", [])]
+    handle compares every input with the audit's own copy after each call; `states`: every job's
+    `AuditState`)."""
+    calls = sum(s.calls for s in states)
+    changed = [x for s in states for x in s.changed_inputs]
     if changed:
         what, names = changed[0]
         detail = (f"{len(changed)} of {calls} adapter calls changed arrays they were given; first: {what} "
@@ -153,10 +144,6 @@ def verdict_of(rows: list[CheckResult]) -> str:
     return FAIL if any(r.verdict in (FAIL, ERROR) for r in rows) else PASS
 
 
-# checks that must share one context (they read the same one-step samples); the rest run alone
-SHARED_GROUPS = (onestep.USERS,)
-# groups started first when checks run side by side: the long ones (on our engine, bitwise is most of it)
-LONG_FIRST = ("bitwise", "transforms", "runs")
 
 
 @dataclass
@@ -171,14 +158,14 @@ class _Ran:
 
 
 def run_checks(engine, ctx: Context, names, ran: _Ran) -> None:
-    """Run the named battery checks against `engine` in `ctx`, adding to `ran`."""
+    """Run the named battery checks against `engine` in `ctx`, adding to `ran` (each check sees `ctx`
+    with its own name in `ctx.check`, and the same state)."""
     for name in names:
-        module = importlib.import_module(f"specverify.checks.{name}")
+        check = battery.BY_NAME[name]
         ctx.say(f"check {name}")
-        ctx.check = name
         sampled = onestep.sampling_seconds(ctx)
         t0 = time.perf_counter()
-        found = module.run(engine, ctx)
+        found = check.run(engine, replace(ctx, check=name))
         ran.seconds[name] = time.perf_counter() - t0
         ran.paid[name] = onestep.sampling_seconds(ctx) - sampled
         for r in found:
@@ -192,26 +179,29 @@ def run_checks(engine, ctx: Context, names, ran: _Ran) -> None:
             partial = [r.detail for r in found if r.verdict == SKIP and r.data.get("not_covered")]
             if partial:
                 ran.not_covered[name] = "; ".join(partial)
-    ctx.check = ""
     ran.shared = onestep.sampling_seconds(ctx)
 
 
 def groups_of(names: list) -> list:
-    """The checks as groups that can run side by side (SHARED_GROUPS together), long ones first."""
+    """The checks as groups that can run side by side (checks that share samples together: the table's
+    `shares`), the long ones first (its `long`)."""
     groups, placed = [], set()
     for name in names:
         if name in placed:
             continue
-        group = next(([n for n in g if n in names] for g in SHARED_GROUPS if name in g), [name])
+        shares = battery.BY_NAME[name].shares
+        group = [n for n in names if battery.BY_NAME[n].shares == shares] if shares else [name]
         placed.update(group)
         groups.append(group)
-    return sorted(groups, key=lambda g: min((LONG_FIRST.index(n) for n in g if n in LONG_FIRST), default=len(LONG_FIRST)))
+    last = len(battery.TABLE)
+    return sorted(groups, key=lambda g: min((battery.BY_NAME[n].long for n in g if battery.BY_NAME[n].long is not None),
+                                            default=last))
 
 
 def run_parallel(engine, ctx: Context, names: list, jobs: int, open_engine) -> list:
     """Run the checks in `jobs` threads, each with its own adapter (`open_engine()` -> a handle in a
-    worker process of its own) and its own context (same seed and settings: every row is what a
-    serial run gives). Returns [(engine, ctx, _Ran)] of every job; the extra handles are closed."""
+    worker process of its own) and its own context (same seed and settings, a state of its own that
+    shares the audit's laws and models: `AuditState.job`; every row is what a serial run gives). Returns [(engine, ctx, _Ran)] of every job; the extra handles are closed."""
     import queue
     from concurrent.futures import ThreadPoolExecutor
 
@@ -223,7 +213,7 @@ def run_parallel(engine, ctx: Context, names: list, jobs: int, open_engine) -> l
     try:
         for _ in range(jobs - 1):
             extra = open_engine()
-            workers.append((extra, replace(ctx, factory=extra.fresh)))
+            workers.append((extra, replace(ctx, factory=extra.fresh, state=ctx.state.job())))
 
         def work(worker):
             ran = _Ran()
@@ -255,13 +245,15 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
     adapters of the same engine for the seeded checks (else ctx.factory; None skips them).
     `extra(engine, ctx) -> rows`: more rows (an engine's own probes) decided with the battery's, in
     one Holm family. `jobs` > 1 with `open_engine` runs independent checks side by side (`run_parallel`):
-    the same rows, in the same order, as one after the other."""
+    the same rows, in the same order, as one after the other. The audit runs on a copy of `ctx` with a
+    state of its own (`AuditState`): two audits in one process share nothing."""
     start = time.perf_counter()
+    ctx = replace(ctx, state=AuditState())
     if factory is not None:
-        ctx.factory = factory
+        ctx = replace(ctx, factory=factory)
     names = list(BATTERY if checks is None else checks)
     if jobs > 1 and open_engine is not None:
-        ctx.jobs, ctx.open_engine = jobs, open_engine
+        ctx = replace(ctx, jobs=jobs, open_engine=open_engine)
     if jobs > 1 and open_engine is not None and len(names) > 1:
         done = run_parallel(engine, ctx, names, jobs, open_engine)
     else:
@@ -270,7 +262,7 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
     rows = [r for name in names for _, _, ran in done for r in ran.rows.get(name, ())]
     not_covered = {n: ran.not_covered[n] for n in names for _, _, ran in done if n in ran.not_covered}
     # a check that reads the shared one-step samples needs their sampling time on its own
-    check_seconds = {k: v - ran.paid[k] + (ran.shared if k in onestep.USERS else 0.0)
+    check_seconds = {k: v - ran.paid[k] + (ran.shared if battery.BY_NAME[k].shares else 0.0)
                      for _, _, ran in done for k, v in ran.seconds.items()}
     check_seconds = {n: check_seconds[n] for n in names if n in check_seconds}
     if extra is not None:
@@ -280,7 +272,7 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
         raise AdapterError(f"engine {engine.name!r} supports none of the checks run (capabilities: "
                            f"{sorted(getattr(engine, 'capabilities', ()))}; checks: {', '.join(names) or 'none'})")
     if isinstance(engine, AdapterHandle):
-        rows.append(inputs_unchanged([c for _, c, _ in done]))
+        rows.append(inputs_unchanged([c.state for _, c, _ in done]))
     return AuditResult(engine=str(engine.name), verdict=verdict_of(rows), seed=ctx.seed, alpha=ctx.alpha,
                        samples=ctx.samples, checks=rows, engine_version=getattr(engine, "version", None),
                        seconds=time.perf_counter() - start, check_seconds=check_seconds, deviation=deviation_of(rows),

@@ -23,8 +23,8 @@ import numpy as np
 
 from specverify.adapters.reference import ReferenceEngine
 from specverify.audit import Context, run_audit
-from specverify.checks import harness
-from specverify.checks.problems import Problem
+from specverify.battery import harness
+from specverify.battery.problems import Problem
 from specverify.isolation import AdapterHandle, open_adapter
 from specverify.reference.batch import Coins
 

@@ -11,7 +11,8 @@ from scipy import stats as sps
 
 from specverify.adapters.reference import ReferenceEngine
 from specverify.audit import Context, run_audit
-from specverify.checks import joint, marginal, problems
+from specverify.checks import joint, marginal
+from specverify.battery import problems
 from specverify.reference import fast
 from specverify.zoo.lossy import LossyEngine
 

@@ -14,8 +14,8 @@ import pytest
 
 from specverify.adapters.reference import ReferenceEngine
 from specverify.reference.tree_batch import TreeCoins
-from specverify.checks import harness
-from specverify.checks.problems import Problem
+from specverify.battery import harness
+from specverify.battery.problems import Problem
 from specverify.errors import AdapterError, InputError
 from specverify import isolation
 from specverify.isolation import open_adapter

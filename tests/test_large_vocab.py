@@ -1,4 +1,4 @@
-"""Verify problems at real vocabulary sizes (`checks.large_problems`), the checks on them
+"""Verify problems at real vocabulary sizes (`battery.large_problems`), the checks on them
 (`large_vocab`, `far_tail`, `hostile`) and the mutants they are built for (`zoo.precision`,
 `zoo.tiles`): the reference passes, each mutant fails the way its bug class predicts, hostile rows are
 judged on safety only, and batches are sized from V within the memory budget.
@@ -13,7 +13,8 @@ import pytest
 
 from specverify.adapters.reference import ReferenceEngine
 from specverify.audit import Context, run_audit
-from specverify.checks import far_tail, harness, hostile, large_problems as lp, large_vocab
+from specverify.checks import far_tail, hostile, large_vocab
+from specverify.battery import harness, large_problems as lp
 from specverify.errors import InputError
 from specverify.reference.batch import Coins
 from specverify.reference.vector import VectorSampler

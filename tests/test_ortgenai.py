@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 
 from specverify.adapters import ortgenai, tiny_llama
 from specverify.adapters.bitwise_level import ROWS, GreedyRequest, Layout, Spec
-from specverify.checks.base import Context
+from specverify.battery.base import Context
 from specverify.checks.joint import sequence_gof
 from specverify.checks.runs import SETUP, target_law
 from specverify.errors import InputError

@@ -1,0 +1,85 @@
+"""The battery: every check, in the order an audit runs them, in one static table.
+
+Each row names the check, its kind (what it draws), its **budget** (what `--samples` means for it:
+the same sentence opens the "Budget:" paragraph of the check's module docstring) and its `run(engine,
+ctx) -> list[CheckResult]`, and carries what the audit needs to know about it: which checks share one
+context (they read the same one-step samples), which start first when checks run side by side, and
+what a failure of the check alone says about the engine (`audit.deviation_of`).
+
+Adding a check: a module here with `run`, one `Check(...)` row below (and its column head).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from specverify.battery.deviations import NOT_BITWISE, RANKS_DISAGREE
+
+from . import (acceptance, bitwise, composition, endpoints, far_tail, greedy, hostile, identity, joint, large_vocab,
+               marginal, processors, rank_agreement, reproducibility, rng_discipline, runs, transforms)
+
+# what a check draws (Check.kind)
+ONE_STEP = "one-step"               # statistical rows of one verify step, on the shared one-step samples
+WHOLE_RUN = "whole-run"             # statistical rows of whole runs (engine level, or the harness as engine)
+SEEDED = "seeded"                   # seeded-mode calls on fresh adapters: exact rows and one law row
+REAL_VOCAB = "real-vocabulary"      # one-step rows at real vocabulary sizes, sized by V (not by --samples)
+EXACT = "exact"                     # exact rows on fixed problems (no statistics)
+
+# what --samples (ctx.samples) means for a check (Check.budget)
+SHARED_ONESTEP = "samples one-step draws per (rule, problem), shared by marginal, joint and acceptance"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    kind: str                       # ONE_STEP, WHOLE_RUN, SEEDED, REAL_VOCAB or EXACT
+    budget: str                     # what --samples means for this check
+    run: Callable                   # run(engine, ctx) -> list[CheckResult]
+    short: str                      # its column head in the zoo's matrix
+    shares: str | None = None       # "onestep": reads the shared one-step samples, runs in one context with
+                                    # the other checks that do
+    long: int | None = None         # started first when checks run side by side (0 first)
+    fails_as: str | None = None     # the deviation kind of an audit where only this check failed
+    rule_only: bool = False         # failing alone, with whole runs exact, says "another rule", not "biased"
+    whole_run: bool = False         # its rows are whole-run laws (exact ones rule out a bias)
+
+
+TABLE = (
+    Check("marginal", ONE_STEP, SHARED_ONESTEP, marginal.run, "marg", shares="onestep"),
+    Check("joint", ONE_STEP, SHARED_ONESTEP, joint.run, "joint", shares="onestep", rule_only=True),
+    Check("acceptance", ONE_STEP, SHARED_ONESTEP, acceptance.run, "accept", shares="onestep", rule_only=True),
+    Check("endpoints", EXACT, "exact rows on fixed batches (every coin endpoint); --samples unused",
+          endpoints.run, "endpt"),
+    Check("composition", EXACT, "exact rows on fixed probe batches; --samples unused", composition.run, "compos"),
+    Check("greedy", EXACT, "exact rows on fixed problems; --samples unused", greedy.run, "greedy"),
+    Check("reproducibility", SEEDED, "exact replay rows of fixed size; seeded.joint draws samples one-step "
+          "samples (one request per seed)", reproducibility.run, "seeded"),
+    Check("rng_discipline", EXACT, "exact rows on fixed seeded calls; --samples unused", rng_discipline.run, "rng"),
+    Check("runs", WHOLE_RUN, "samples whole runs per level (runs_greedy: 256 runs, fixed)", runs.run, "runs",
+          long=2, whole_run=True),
+    Check("transforms", WHOLE_RUN, "max(1000, samples // 2) whole runs per transform row", transforms.run,
+          "transf", long=1, whole_run=True),
+    Check("identity", EXACT, "2000 runs per row, fixed; --samples unused", identity.run, "ident", rule_only=True),
+    Check("bitwise", EXACT, "prompts and tokens from --size (quick, standard, full); --samples unused",
+          bitwise.run, "bitwise", long=0, fails_as=NOT_BITWISE),
+    Check("processors", WHOLE_RUN, "max(2000, samples // 20) whole runs per law row; exact rows of fixed size",
+          processors.run, "procs"),
+    Check("rank_agreement", EXACT, "exact rows of fixed size (world sizes x calls x requests); --samples unused",
+          rank_agreement.run, "ranks", fails_as=RANKS_DISAGREE),
+    Check("large_vocab", REAL_VOCAB, "samples sized from the vocabulary (bytes of rows per problem) x "
+          "large_scale; --samples unused", large_vocab.run, "largeV"),
+    Check("far_tail", REAL_VOCAB, "6400 draws x large_scale; --samples unused", far_tail.run, "ftail"),
+    Check("hostile", EXACT, "exact rows on fixed hostile rows; --samples unused", hostile.run, "hostil"),
+)
+BY_NAME = {c.name: c for c in TABLE}
+NAMES = [c.name for c in TABLE]
+
+
+def describe() -> str:
+    """One "name: kind, budget" line per check, in battery order (for `--help`)."""
+    width = max(len(c.name) for c in TABLE)
+    return "\n".join(f"{c.name + ':':{width + 1}} {c.kind}, {c.budget}" for c in TABLE)
+
+
+__all__ = ["Check", "TABLE", "BY_NAME", "NAMES", "describe", "ONE_STEP", "WHOLE_RUN", "SEEDED", "REAL_VOCAB", "EXACT"]

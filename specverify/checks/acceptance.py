@@ -12,6 +12,8 @@ ceiling for a token-wise verifier.
 
 Power: `min_detectable_tv` of these rows is the binomial test's smallest detectable |rate - alpha|
 at power 0.99 and the row's Bonferroni level.
+
+Budget (`--samples`): samples one-step draws per (rule, problem), shared by marginal, joint and acceptance.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ import numpy as np
 
 from specverify import stats
 
-from . import onestep
-from .base import PASS, CheckResult
+from ..battery import onestep
+from ..battery.base import PASS, CheckResult
 
 
 def alpha_first(problem) -> float:

@@ -19,6 +19,8 @@ divergence there (proof that the comparison can see one) and warn when it sees n
 
 Prompts are sent in calls of at most CHUNK prompts (or the layout's batch size if larger), logits as
 digests; on a divergence the two calls are repeated with rows to report values.
+
+Budget (`--samples`): prompts and tokens from --size (quick, standard, full); --samples unused.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from specverify.adapters.bitwise_level import (BATCH, DIGESTS, LAYOUT_KINDS, NEG
                                                GreedyRequest, Layout, Spec, check_info, check_result, digests_of)
 from specverify.errors import AdapterError
 
-from .harness import invoke
-from .base import FAIL, PASS, SKIP, WARN, CheckResult, Timer
+from ..battery.harness import invoke
+from ..battery.base import FAIL, PASS, SKIP, WARN, CheckResult, Timer
 
 REDUCTION_ORDER_MARGIN = 1e-3     # relative top-2 margin below which a flipped token is a reduction-order bug
 REDUCTION_ORDER, LOGIC, LOGITS_ONLY, NO_LOGITS = "reduction-order", "logic", "reduction-order (logits only)", "unknown"

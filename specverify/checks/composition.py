@@ -8,6 +8,8 @@ outputs must be identical token for token.
 Catches cross-request leakage through the ragged index arithmetic (a bonus row off by one lands in
 the neighbour's rows, a coin read from the neighbour's slice) and anything that makes a request's
 result depend on max_spec_len, on its position or on the other requests' kinds.
+
+Budget (`--samples`): exact rows on fixed probe batches; --samples unused.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from specverify.reference import rules
 from specverify.reference.batch import PAD, Coins, VerifyBatch
 from specverify.reference.tree_batch import TreeBatch, TreeCoins
 
-from . import harness
-from .base import FAIL, PASS, CheckResult, Timer
-from .problems import drafted_request
+from ..battery import harness
+from ..battery.base import FAIL, PASS, CheckResult, Timer
+from ..battery.problems import drafted_request
 
 VOCAB = 8
 N_PROBES = 96

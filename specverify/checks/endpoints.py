@@ -19,6 +19,8 @@ Rows: `<rule>.zero_prob[coin=...]` -- no emitted token has target probability 0 
 `chain.structure` -- on these batches and on random ones, every row is a run of accepted drafts
 followed by one token: at most k + 1 tokens, no -1 between tokens, every token but the last equal to
 the draft at its position (catches keeping the tail after a rejection and accepting padded drafts).
+
+Budget (`--samples`): exact rows on fixed batches (every coin endpoint); --samples unused.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ from specverify.reference import rules
 from specverify.reference.batch import PAD, Coins, VerifyBatch
 from specverify.reference.tree_batch import TreeBatch, TreeCoins, shape_of
 
-from . import harness
-from .base import FAIL, PASS, WARN, CheckResult, Timer
-from .problems import drafted_request
+from ..battery import harness
+from ..battery.base import FAIL, PASS, WARN, CheckResult, Timer
+from ..battery.problems import drafted_request
 
 IN_CONTRACT = {"0.0": 0.0, "5e-324": 5e-324, "1-2^-53": 1.0 - 2.0**-53, "1-2^-24": 1.0 - 2.0**-24}
 OUT_OF_CONTRACT = {"1.0": 1.0}

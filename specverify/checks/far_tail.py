@@ -17,6 +17,8 @@ beats a head id only when that head id's own noise exceeds ~5: 1.1e-4 tail hits 
 3.15e-3 (vLLM PRs #43150, #45996); a float32 cumulative sum stops growing after the head (a tail
 increment is below half an ulp of 0.997), so the tail is never drawn. The row's stated
 `min_detectable_tv` is the smallest |rate - m| it detects with power 0.99 at its level.
+
+Budget (`--samples`): 6400 draws x large_scale; --samples unused.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from __future__ import annotations
 from specverify import stats
 from specverify.reference import rules
 
-from . import large_problems as lp
-from .base import FAIL, PASS, CheckResult, Timer
+from ..battery import large_problems as lp
+from ..battery.base import FAIL, PASS, CheckResult, Timer
 from .large_vocab import STOCHASTIC, ids_row, sample
 
 
@@ -57,5 +59,5 @@ def run(engine, ctx) -> list[CheckResult]:
                    f"{lp.TAIL_PROB:g} each; expected {n * m:.1f} (rate {m:.3g}); a tail never drawn has p = {never:.1g}",
             data={"tail_hits": hits, "tail_mass": m, "expected_hits": n * m, "p_value_if_never_drawn": never},
             power_fn=lambda level, n=n, k=hits: stats.binomial_test(k, n, m, alpha=level, power=ctx.power).min_detectable_diff))
-    ctx.__dict__.pop("_large_vocab_rows", None)         # the row buffer is not kept past the check
+    ctx.state.buffers.pop("_large_vocab_rows", None)    # the row buffer is not kept past the check
     return rows

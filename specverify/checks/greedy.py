@@ -9,6 +9,8 @@ Problems: rows with exact ties between the two largest entries, rows whose top t
 ulp, rows with zeros, random rows; drafts equal to the argmax, to the other tied token, or random.
 Catches a tie-break toward the highest index (speculative greedy then differs from plain greedy
 decoding on every tie) and any deviation from the argmax rule.
+
+Budget (`--samples`): exact rows on fixed problems; --samples unused.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import numpy as np
 from specverify.reference.batch import Coins, VerifyBatch
 from specverify.reference.chain import greedy_rule
 
-from . import harness
-from .base import FAIL, PASS, CheckResult, Timer
+from ..battery import harness
+from ..battery.base import FAIL, PASS, CheckResult, Timer
 from specverify.reference.batch import PAD
 
 VOCAB = 6

@@ -15,6 +15,8 @@ and in the middle of two drafts; draft-row kinds put it in the draft rows instea
 the engine claims greedy.
 
 Rows: `<rule>.hostile[<kind>,V=<V>]`, exact (a V above `ctx.large_max_vocab`: one SKIP row, not covered).
+
+Budget (`--samples`): exact rows on fixed hostile rows; --samples unused.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from specverify.errors import AdapterError
 from specverify.reference import rules
 from specverify.reference.batch import Coins
 
-from . import harness, large_problems as lp
-from .base import FAIL, PASS, CheckResult, Timer
+from ..battery import harness, large_problems as lp
+from ..battery.base import FAIL, PASS, CheckResult, Timer
 
 HOSTILE_VOCABS = (8193, 151936)
 TARGET_KINDS = ("nan-entry", "nan-row", "+inf-entry", "-inf-entry", "zero-row")

@@ -11,14 +11,16 @@ counts them at sampler level); otherwise the row is skipped with the reason. An 
 that declares `processors` gets the same rows with logits processors on (`checks.processors`
 IDENTITY_ROWS: penalties + min_p + logit bias; min_tokens + stop + grammar), each run only when its
 processors are declared.
+
+Budget (`--samples`): 2000 runs per row, fixed; --samples unused.
 """
 
 from __future__ import annotations
 
 from specverify.reference.transforms import Transform
 
-from . import harness
-from .base import FAIL, PASS, SKIP, CheckResult, Timer
+from ..battery import harness
+from ..battery.base import FAIL, PASS, SKIP, CheckResult, Timer
 from .runs import SETUP, generate, levels
 
 TRANSFORM = Transform(temperature=0.7, top_k=3)

@@ -3,6 +3,8 @@ against the exact law of the rule.
 
 Catches what a per-position test cannot: keeping the tail after a rejection, a bonus token drawn
 from the wrong row, a length distribution that is off while each position looks right.
+
+Budget (`--samples`): samples one-step draws per (rule, problem), shared by marginal, joint and acceptance.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ import numpy as np
 from specverify import stats
 from specverify.reference.laws import encode
 
-from . import onestep
-from .base import FAIL, PASS, CheckResult
+from ..battery import onestep
+from ..battery.base import FAIL, PASS, CheckResult
 from specverify.reference.batch import PAD
 
 

@@ -30,6 +30,8 @@ rounded to float32: the pooled and support-cell laws move by ~1e-7, far below th
 Catches: an id >= V or a padded slot returned from the last partial tile (vLLM GHSA-8wr5-jm2h-8r4f,
 PR #44744), a missing fallback when the residual is all zero, off-by-one tile edges (a token at a
 multiple of the tile dropped or duplicated), laws biased only at scale.
+
+Budget (`--samples`): samples sized from the vocabulary (bytes of rows per problem) x large_scale; --samples unused.
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ from specverify.errors import AdapterError
 from specverify.reference import rules
 from specverify.reference.batch import Coins
 
-from . import harness, large_problems as lp
-from .base import FAIL, PASS, CheckResult, Timer
+from ..battery import harness, large_problems as lp
+from ..battery.base import FAIL, PASS, CheckResult, Timer
 from .marginal import gof
 
 DENSE_POOLS = 64
@@ -198,7 +200,7 @@ def run(engine, ctx) -> list[CheckResult]:
                                         seconds=t.seconds, detail=f"the call raised on valid rows: {out[:200]}"))
                 continue
             rows += judge(rule.name, problem, out, t.seconds, ctx)
-    ctx.__dict__.pop("_large_vocab_rows", None)         # the row buffer is not kept past the check
+    ctx.state.buffers.pop("_large_vocab_rows", None)    # the row buffer is not kept past the check
     if "greedy" in caps:
         rows += greedy_rows(engine, problems, ctx)
     return rows

@@ -4,6 +4,8 @@ position i, against its exact law (for the chain and tree rules: the target row 
 Catches: threshold tests on p, top-k membership tests, resampling from p instead of the residual,
 a residual that is not normalised, lossy acceptance knobs. A token the exact law gives probability 0
 is an exact failure, whatever the statistics say.
+
+Budget (`--samples`): samples one-step draws per (rule, problem), shared by marginal, joint and acceptance.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ import numpy as np
 
 from specverify import stats
 
-from . import onestep
-from .base import FAIL, PASS, CheckResult
+from ..battery import onestep
+from ..battery.base import FAIL, PASS, CheckResult
 
 MIN_STATISTICAL_N = 200   # fewer samples at a position: only the exact (impossible-token) check
 

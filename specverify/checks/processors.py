@@ -29,6 +29,8 @@ Power: the chi-squared rows state their min detectable TV (Holm at the audit's a
 see any single offending run. Time: 2.2-2.4 s for the whole check on the reference (0.15-0.25 s a
 law row; it runs beside the other checks, so the default audit's wall moves within its noise, about
 +1 s at most); about 64 s on our engine.
+
+Budget (`--samples`): max(2000, samples // 20) whole runs per law row; exact rows of fixed size.
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ from specverify.reference.processors import Grammar, Processors, stopped
 from specverify.reference.toy import ToyModel
 from specverify.reference.transforms import Transform
 
-from . import harness
-from .base import FAIL, PASS, SKIP, CheckResult, Timer
+from ..battery import harness
+from ..battery.base import FAIL, PASS, SKIP, CheckResult, Timer
 from .joint import sequence_gof
 from .runs import generate, levels
 
@@ -109,7 +111,6 @@ IDENTITY_ROWS = {
                                    Transform(temperature=0.7, top_k=3)),
     "min_tokens+stop+grammar": (Processors(min_tokens=2, stop_tokens=(STOP,), grammar=GRAMMAR), Transform()),
 }
-_LAWS: dict = {}
 
 
 def declared(engine) -> set:
@@ -117,13 +118,10 @@ def declared(engine) -> set:
     return set(getattr(engine, "processors", ()) or ())
 
 
-def law_of(target, transform: Transform, settings: Processors, setup: ProcSetup = SETUP) -> laws.SequenceLaw:
-    """The exact law of runs (memoised by target and settings)."""
-    key = (harness.law_key(target), transform, settings, setup)
-    law = _LAWS.get(key)
-    if law is None:
-        law = _LAWS[key] = laws.processed_law(target, transform, settings, setup.prompt, setup.length)
-    return law
+def law_of(target, transform: Transform, settings: Processors, ctx, setup: ProcSetup = SETUP) -> laws.SequenceLaw:
+    """The exact law of runs (memoised in the audit's state by target and settings)."""
+    key = ("processors", harness.law_key(target), transform, settings, setup)
+    return ctx.state.shared.law(key, lambda: laws.processed_law(target, transform, settings, setup.prompt, setup.length))
 
 
 def runs_of(engine, ctx, name: str, settings: Processors, transform: Transform, n: int, seed_key: str,
@@ -143,7 +141,7 @@ def law_row(engine, ctx, label: str, settings: Processors, transform: Transform,
     name = f"engine.processors[{label}, {SETUP.label}]"
     tokens, _, target, seconds = runs_of(engine, ctx, name, settings, transform, n, f"law {label}")
     with Timer() as t:
-        law = law_of(target, transform, settings)
+        law = law_of(target, transform, settings, ctx)
     return sequence_gof(name, tokens, law, seconds + t.seconds, ctx)
 
 
@@ -199,7 +197,7 @@ def stop_rows(engine, ctx, n: int) -> list[CheckResult]:
     else:
         rows.append(CheckResult(name, PASS, n=n, exact=True, seconds=seconds,
                                 detail=f"{int((first < tokens.shape[1]).sum())} of {n} runs stopped; PAD after every stop"))
-    law = law_of(target, Transform(), STOP_ROW)
+    law = law_of(target, Transform(), STOP_ROW, ctx)
     want = np.zeros(SETUP.length)
     for s, p in zip(law.sequences, law.probs):
         want[len(s) - 1] += p
@@ -241,7 +239,7 @@ def grammar_rows(engine, ctx, n: int) -> list[CheckResult]:
     else:
         rows.append(CheckResult(name, PASS, n=n, exact=True, seconds=seconds,
                                 detail=f"every token of {n} runs allowed by the state of its committed prefix"))
-    rows.append(sequence_gof(f"engine.grammar[law, {SETUP.label}]", tokens, law_of(target, Transform(), GRAMMAR_ROW),
+    rows.append(sequence_gof(f"engine.grammar[law, {SETUP.label}]", tokens, law_of(target, Transform(), GRAMMAR_ROW, ctx),
                              0.0, ctx))
     return rows
 

@@ -12,6 +12,8 @@ every call; a failure names the call, request, ranks and both token rows.
 
 Sizes: WORLD_SIZES (2, 4), CALLS x B requests; measured cost on these 2 cores below in the README
 (process start and torch import dominate).
+
+Budget (`--samples`): exact rows of fixed size (world sizes x calls x requests); --samples unused.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 
 from specverify.reference.batch import VerifyBatch
 
-from .base import FAIL, PASS, SKIP, CheckResult, Timer
+from ..battery.base import FAIL, PASS, SKIP, CheckResult, Timer
 
 WORLD_SIZES = (2, 4)
 CALLS = 4                   # seeded calls per rank, streams continued

@@ -14,6 +14,8 @@ engine's factory (`Context.factory`).
 Catches unseeded paths and shared streams (a request's tokens then depend on its neighbours and on how
 many steps the engine has taken: vllm-project/vllm#6038, NVIDIA/TensorRT-LLM#17599), RNG order that
 depends on the batch, and a biased seeded path.
+
+Budget (`--samples`): exact replay rows of fixed size; seeded.joint draws samples one-step samples (one request per seed).
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ import numpy as np
 
 from specverify.reference.batch import VerifyBatch
 
-from . import harness, onestep, problems
-from .base import FAIL, PASS, SKIP, CheckResult, Timer
+from ..battery import harness, onestep, problems
+from ..battery.base import FAIL, PASS, SKIP, CheckResult, Timer
 from .composition import probes
 from .joint import sequence_gof
 

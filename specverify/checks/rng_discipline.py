@@ -10,6 +10,8 @@ max_spec_len acceptance uniforms, say), its later tokens change.
 
 This is vLLM's rule (vllm/v1/sample/rejection_sampler.py, generate_uniform_probs: "Do not generate
 random numbers for requests with no draft tokens. This can be important for reproducibility.").
+
+Budget (`--samples`): exact rows on fixed seeded calls; --samples unused.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ import numpy as np
 
 from specverify.reference.batch import PAD, VerifyBatch
 
-from .base import FAIL, PASS, SKIP, CheckResult, Timer
+from ..battery.base import FAIL, PASS, SKIP, CheckResult, Timer
 from .composition import VOCAB
-from .problems import drafted_request
+from ..battery.problems import drafted_request
 from .reproducibility import applies, fresh, seeded_call
 
 M = 64

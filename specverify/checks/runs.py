@@ -12,6 +12,8 @@ Catches what one step cannot: the KV cache keeping rejected drafts (stale-kv), a
 verifier with the wrong q (greedy drafts verified with a soft q), keeping the tail after a rejection,
 a bonus token from the wrong row -- anything that makes a later step condition on a prefix that did
 not happen. `runs_greedy` (temperature 0) must reproduce the target's greedy path token for token.
+
+Budget (`--samples`): samples whole runs per level (runs_greedy: 256 runs, fixed).
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from specverify.reference.toy import ToyModel
 from specverify.reference.toy_engine import SpecEngine
 from specverify.reference.transforms import Transform
 
-from . import harness
-from .base import FAIL, PASS, CheckResult, Timer
+from ..battery import harness
+from ..battery.base import FAIL, PASS, CheckResult, Timer
 from .joint import sequence_gof
 
 
@@ -49,15 +51,16 @@ class ToySetup:
 
 
 SETUP = ToySetup()
-_LAWS: dict = {}
 
 
-def target_law(target, transform: Transform, setup: ToySetup = SETUP, length: int | None = None) -> laws.SequenceLaw:
-    key = (harness.law_key(target), transform, setup.prompt, length or setup.length)
-    law = _LAWS.get(key)
-    if law is None:
-        law = _LAWS[key] = laws.target_law(laws.Transformed(target, transform), setup.prompt, length or setup.length)
-    return law
+def target_law(target, transform: Transform, setup: ToySetup = SETUP, length: int | None = None,
+               ctx=None) -> laws.SequenceLaw:
+    """The exact law of runs of the transformed target (memoised in the audit's state when `ctx` is given)."""
+    def build():
+        return laws.target_law(laws.Transformed(target, transform), setup.prompt, length or setup.length)
+    if ctx is None:
+        return build()
+    return ctx.state.shared.law(("runs", harness.law_key(target), transform, setup.prompt, length or setup.length), build)
 
 
 def levels(engine) -> list[str]:
@@ -109,7 +112,7 @@ def joint_row(engine, level, ctx, name: str, transform: Transform, n: int, seed_
     with Timer() as t:
         tokens, _ = generate(engine, level, ctx, name, target=target, draft=draft, prompt=SETUP.prompt,
                              kappa=SETUP.kappa, transform=transform, seed=seed, n=n, length=SETUP.length)
-    return sequence_gof(name, tokens, target_law(target, transform), t.seconds, ctx)
+    return sequence_gof(name, tokens, target_law(target, transform, ctx=ctx), t.seconds, ctx)
 
 
 def greedy_row(engine, level, ctx, n: int = 256) -> CheckResult:

@@ -7,6 +7,8 @@ the rows it drafts from and the rows it verifies with. A draft handed to the ver
 different transform than the one it was drawn with (raw q, processed sample) biases the output and
 fails here; a transform applied to the target only does not bias it (the draft only sets the speed)
 and is caught by `checks.identity` instead.
+
+Budget (`--samples`): max(1000, samples // 2) whole runs per transform row.
 """
 
 from __future__ import annotations

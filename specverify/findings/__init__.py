@@ -18,7 +18,7 @@ from __future__ import annotations
 ONE_STEP = ["marginal", "joint", "acceptance", "endpoints", "composition", "greedy"]
 
 VLLM_ENGINE_PROBES = ["engine_transforms", "engine_identity", "engine_top_k"]
-# the real-vocabulary rows (`checks.large_problems`), for the interpreter engines sized by LARGE below
+# the real-vocabulary rows (`battery.large_problems`), for the interpreter engines sized by LARGE below
 LARGE_V = ["large_vocab", "far_tail", "hostile"]
 
 # engine -> (probes to run, battery samples per one-step problem, battery checks or None = all)

@@ -25,6 +25,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from specverify.verdicts import SKIP
+
 ENGINE = "transformers-bitwise"
 ENGINES = (ENGINE, "transformers-bitwise-tiny")
 COMMAND = "specverify findings hf-bitwise --engine {engine} --prompts {n_prompts} --tokens {max_tokens} --kappas {kappas} --batch {batch}"
@@ -51,7 +53,7 @@ def figures(audit: dict) -> list:
     for c in audit["checks"]:
         bw = c.get("data", {}).get("bitwise")
         if bw is None:
-            if c["verdict"] == "skip":
+            if c["verdict"] == SKIP:
                 skipped.append(c)
             continue
         shape = shape or bw

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from specverify import stats
-from specverify.checks.base import FAIL, PASS, CheckResult, Timer
+from specverify.battery.base import FAIL, PASS, CheckResult, Timer
 from specverify.reference import rules
 from specverify.reference.batch import PAD, Coins, VerifyBatch
 

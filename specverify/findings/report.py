@@ -11,7 +11,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from specverify.checks.base import ERROR, FAIL, WARN, CheckResult
+from specverify.battery.base import ERROR, FAIL, WARN, CheckResult
 from specverify.format import fmt, json_safe
 
 from . import ISOLATED, LARGE, NOT_AUDITABLE, NOT_RUN, NOTES, PLANS, REPRODUCERS, probes
@@ -20,7 +20,7 @@ REPRO_DIR = Path(__file__).parent / "repro"
 REPRO_TIMEOUT = 600
 
 
-def run_probes(engine, names, ctx) -> list[CheckResult]:
+def run_probes(engine, names, ctx, *, assisted_runs: int = 1500, identity_runs: int = 150) -> list[CheckResult]:
     rows = []
     for name in names:
         ctx.say(f"probe {name}")
@@ -33,9 +33,9 @@ def run_probes(engine, names, ctx) -> list[CheckResult]:
         elif name == "tree_greedy":
             rows += fn(engine, ctx.rng("probe", name))
         elif name == "assisted_law":
-            rows += fn(n=ctx.__dict__.get("assisted_runs", 1500))
+            rows += fn(n=assisted_runs)
         elif name == "identity_draft":
-            rows += fn(n=ctx.__dict__.get("identity_runs", 150))
+            rows += fn(n=identity_runs)
         else:
             rows += fn(engine)
     return rows
@@ -55,11 +55,12 @@ def audit(name: str, *, samples: int | None = None, seed: int = 0, alpha: float 
                            "checks": checks or None}, isolated=isolated)
     if checks == []:                                    # the probes alone
         ready.settings = replace(ready.settings, checks=())
-    ready.ctx.assisted_runs, ready.ctx.identity_runs = assisted_runs, identity_runs
-    ready.ctx.large_scale, ready.ctx.large_max_vocab = LARGE.get(name, (1.0, None))
+    scale, max_vocab = LARGE.get(name, (1.0, None))
+    ready.ctx = replace(ready.ctx, large_scale=scale, large_max_vocab=max_vocab)
     probe_names = plan_probes if probe_names is None else probe_names
     adapter = ready.engine if isolated else ready.engine.local
-    result = ready.run(extra=lambda engine, ctx: run_probes(adapter, probe_names, ctx))
+    result = ready.run(extra=lambda engine, ctx: run_probes(adapter, probe_names, ctx, assisted_runs=assisted_runs,
+                                                             identity_runs=identity_runs))
     result.not_covered.update({c: why for c, why in NOT_RUN.get(name, {}).items() if c not in result.not_covered})
     return result, adapter
 
@@ -69,7 +70,7 @@ def large_sizing(name: str) -> str:
     scale, max_vocab = LARGE.get(name, (1.0, None))
     if scale >= 1.0 and max_vocab is None:
         return ""
-    from specverify.checks import large_problems as lp
+    from specverify.battery import large_problems as lp
     text = (f"Real-vocabulary rows sized for the Triton interpreter: {scale:g} of the default samples per "
             f"problem (at least {lp.MIN_SCALED}; the n column gives each row's samples, min TV its power)")
     if "far_tail" in (PLANS[name][2] or ()) and (max_vocab is None or max_vocab >= lp.FAR_TAIL_VOCAB):

@@ -40,9 +40,9 @@ def add_guard() -> None:
 
 
 def audit_models():
-    """The V=4 (target, draft) the audit of seed 0 uses (`checks.harness.models`)."""
-    from specverify.checks import harness
-    from specverify.checks.base import Context
+    """The V=4 (target, draft) the audit of seed 0 uses (`battery.harness.models`)."""
+    from specverify.battery import harness
+    from specverify.battery.base import Context
     from specverify.checks.runs import SETUP
     eng = v.VllmCpuEngine.__new__(v.VllmCpuEngine)          # only its name and own_models: no engine started
     eng.name, eng.method = "vllm-cpu-engine-fixed", v.DRAFT

@@ -16,8 +16,8 @@ dead: its `LLM` cannot serve again).
 
 from __future__ import annotations
 
-from specverify.checks import harness
-from specverify.checks.base import FAIL, CheckResult, Timer
+from specverify.battery import harness
+from specverify.battery.base import FAIL, CheckResult, Timer
 from specverify.checks.identity import LENGTH, RUNS, verdict_row
 from specverify.checks.runs import SETUP, generate, joint_row
 from specverify.reference.transforms import Transform

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 
 from specverify.audit import AuditResult
-from specverify.checks.base import FAIL, PASS, CheckResult
+from specverify.battery.base import FAIL, PASS, CheckResult
 from specverify.errors import AdapterError, InputError
 from specverify.settings import DEFAULTS
 

@@ -25,8 +25,9 @@ from scipy import stats as sps
 
 from specverify import stats
 from specverify.errors import InputError
+from specverify.verdicts import ERROR, FAIL, PASS, SKIP, WARN
 
-DISPLAY_MIN_EXPECTED = 10.0     # the audit's pooling threshold (checks.base.Context.min_expected)
+DISPLAY_MIN_EXPECTED = 10.0     # the audit's pooling threshold (battery.base.Context.min_expected)
 LABEL_KEYS = ("cells", "sequences", "labels", "tokens")
 
 
@@ -46,7 +47,7 @@ def kind_of(obj) -> str:
     raise InputError("not a specverify result: expected an audit result (engine, checks), a zoo or a lab result")
 
 
-VERDICTS = ("pass", "fail", "skip", "error", "warn")
+VERDICTS = (PASS, FAIL, SKIP, ERROR, WARN)
 
 
 def _bad_constant(name):
@@ -247,7 +248,7 @@ def family(check_name: str) -> str:
     return check_name.split("[", 1)[0]
 
 
-VERDICT_ORDER = {"fail": 4, "error": 3, "warn": 2, "pass": 1, "skip": 0, "": -1}
+VERDICT_ORDER = {FAIL: 4, ERROR: 3, WARN: 2, PASS: 1, SKIP: 0, "": -1}
 
 
 def worst(verdicts) -> str:
@@ -275,7 +276,7 @@ def audit_matrix(results: list, by_family: bool = True) -> Matrix:
                   [r.get("verdict", worst(v)) for r, v in zip(results, verdict)])
 
 
-ZOO_SYMBOLS = {"X": "fail", ".": "pass", "-": "", "s": "skip", "E": "error", "W": "warn"}
+ZOO_SYMBOLS = {"X": FAIL, ".": PASS, "-": "", "s": SKIP, "E": ERROR, "W": WARN}
 
 
 def zoo_matrix(obj: dict) -> Matrix:

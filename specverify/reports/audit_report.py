@@ -39,6 +39,7 @@ from . import analysis as A
 from . import plots
 from .atomic import atomic_dir, check_replaceable
 from .doc import BulletList, Details, Document, Heading, Image, Para, Table, slug, write_document
+from specverify.verdicts import FAIL, FAILING, PASS
 
 MAX_TABLE_CELLS = 16            # per-check count tables are shown when the check has at most this many cells
 POWER_NS = np.unique(np.logspace(2, 7, 41).astype(int))
@@ -115,12 +116,12 @@ def _check_blocks(c: dict, engine: str, images: _Images, bar) -> Details:
             blocks.append(Table(["cell", "observed", "expected", "residual"],
                                 [[lab, f"{o:.0f}", f"{e:.1f}", f"{r:+.2f}"] for lab, o, e, r in
                                  zip(t.labels, t.observed, t.expected, t.residuals)],
-                                row_class=["fail" if not np.isfinite(r) or abs(r) > 3 else None for r in t.residuals],
+                                row_class=[FAIL if not np.isfinite(r) or abs(r) > 3 else None for r in t.residuals],
                                 align="lrrr"))
     extra = A.extra_data(d)
     if extra:
         blocks.append(BulletList([f"`{k}`: {A.short_value(v)}" for k, v in extra.items()]))
-    bad = c["verdict"] in ("fail", "error")
+    bad = c["verdict"] in FAILING
     return Details(summary, blocks, open=bad, cls=c["verdict"])
 
 
@@ -135,11 +136,11 @@ def _engine_section(engine: str, results: list, images: _Images, bar) -> list:
         f"alpha {primary.get('alpha', 0):g} by Holm, {primary.get('samples', '?')} samples per problem; "
         f"engine version {primary.get('engine_version')}; "
         + (f"{len(results)} seeded repeats (seeds {', '.join(map(str, seeds))})." if len(results) > 1
-           else f"seed {seeds[0]}."), cls=f"verdict-{'pass' if verdict == 'pass' else 'fail'}"))
+           else f"seed {seeds[0]}."), cls=f"verdict-{PASS if verdict == PASS else FAIL}"))
     if len(results) > 1:
         blocks.append(Table(["seed", "verdict", "failing checks", "seconds"],
                             [[str(r.get("seed")), r.get("verdict", "").upper(),
-                              ", ".join(c["name"] for c in r.get("checks", []) if c["verdict"] == "fail")[:200] or "-",
+                              ", ".join(c["name"] for c in r.get("checks", []) if c["verdict"] == FAIL)[:200] or "-",
                               fmt(r.get("seconds"), ".1f")] for r in results],
                             row_class=[r.get("verdict") for r in results], align="llll"))
     if primary.get("errors"):
@@ -184,11 +185,11 @@ def _engine_section(engine: str, results: list, images: _Images, bar) -> list:
 
 
 def _matrix_section(m: A.Matrix, title: str, images: _Images, zoo: dict | None = None) -> list:
-    caught = sum(1 for v in m.row_verdict if v == "fail")
+    caught = sum(1 for v in m.row_verdict if v == FAIL)
     engines = (zoo or {}).get("engines") if isinstance((zoo or {}).get("engines"), dict) else {}
     rows = []
     for name, rv, vs in zip(m.rows, m.row_verdict, m.verdict):
-        failing = [c for c, v in zip(m.cols, vs) if v == "fail"]
+        failing = [c for c, v in zip(m.cols, vs) if v == FAIL]
         row = [name, (rv or "").upper(), ", ".join(failing) or "-"]
         if engines:
             e = engines.get(name, {})
@@ -206,7 +207,7 @@ def _matrix_section(m: A.Matrix, title: str, images: _Images, zoo: dict | None =
                            "rows:", cls="note"))
         for name in m.rows:
             audit = engines.get(name, {}).get("audit") or {}
-            bad = [c for c in audit.get("checks", []) if c.get("verdict") in ("fail", "error")]
+            bad = [c for c in audit.get("checks", []) if c.get("verdict") in FAILING]
             if engines.get(name, {}).get("error"):
                 blocks.append(Details(f"{name}: ERROR", [Para(str(engines[name]["error"]))], cls="error"))
             elif bad:
@@ -236,7 +237,7 @@ def build_document(inputs: list, title: str | None = None, progress=None) -> Doc
         doc.add(Table(["engine", "verdict", "results", "checks", "failing"],
                       [[f"`{e}`", A.worst([r.get("verdict", "") for r in g]).upper(), str(len(g)),
                         str(len(g[0].get("checks", []))),
-                        str(sum(1 for c in g[0].get("checks", []) if c["verdict"] == "fail"))]
+                        str(sum(1 for c in g[0].get("checks", []) if c["verdict"] == FAIL))]
                        for e, g in groups.items()],
                       row_class=[A.worst([r.get("verdict", "") for r in g]) for g in groups.values()], align="llrrr"))
     n_plots = sum(sum(1 for c in g[0].get("checks", []) if A.cell_table(c.get("data") or {}) is not None) + 2

@@ -15,11 +15,12 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from .analysis import CellTable, Matrix, top_cells
+from specverify.verdicts import ERROR, FAIL, PASS, SKIP, WARN
 
 DPI = 80
 RED, ORANGE, GREEN, GREY, BLUE = "#cf222e", "#bc4c00", "#2da44e", "#8c959f", "#0969da"
-VERDICT_COLOURS = {"pass": "#aceebb", "fail": "#ff8182", "error": "#ffb77c", "warn": "#f5e08a",
-                   "skip": "#eaeef2", "": "#ffffff"}
+VERDICT_COLOURS = {PASS: "#aceebb", FAIL: "#ff8182", ERROR: "#ffb77c", WARN: "#f5e08a",
+                   SKIP: "#eaeef2", "": "#ffffff"}
 
 
 def new_figure(w: float, h: float) -> Figure:
@@ -142,7 +143,7 @@ def matrix_plot(m: Matrix, title: str) -> bytes:
             v = m.verdict[i][j] or ""
             ax.add_patch(_rect(j, nr - 1 - i, VERDICT_COLOURS.get(v, "#ffffff")))
             p = m.p_min[i][j] if m.p_min and m.p_min[i] else None
-            if v == "fail" and p is not None:
+            if v == FAIL and p is not None:
                 txt = ">300" if p <= 1e-300 else f"{-np.log10(p):.0f}"
             elif v:
                 txt = v[0].upper()

@@ -12,15 +12,13 @@ E the adapter errored.
 
 from __future__ import annotations
 
+from specverify.checks import TABLE
 from specverify.errors import InputError
 from specverify.reports.analysis import ZOO_SYMBOLS
+from specverify.verdicts import FAIL, PASS
 
-# column heads: check -> at most CELL characters
-SHORT = {"marginal": "marg", "joint": "joint", "acceptance": "accept", "endpoints": "endpt",
-         "composition": "compos", "greedy": "greedy", "reproducibility": "seeded", "rng_discipline": "rng",
-         "runs": "runs", "transforms": "transf", "identity": "ident", "processors": "procs",
-         "rank_agreement": "ranks",
-         "large_vocab": "largeV", "far_tail": "ftail", "hostile": "hostil"}
+# column heads: check -> its short name (`specverify.checks.TABLE`)
+SHORT = {c.name: c.short for c in TABLE}
 CELL = 6                                                   # width of a matrix column
 SYMBOLS = {verdict: symbol for symbol, verdict in ZOO_SYMBOLS.items()}   # a Matrix verdict -> its cell
 README_COMMAND = "$ specverify zoo"
@@ -76,7 +74,7 @@ def readme_block(result: dict) -> str:
     for e, (row, verdict) in engines.items():
         lines.append(_matrix_line(e, width, [row[c] for c in kept]) + "  " + verdict.upper())
     verdicts = {e: verdict for e, (_, verdict) in engines.items()}
-    missed = [e for e, verdict in verdicts.items() if e != "reference" and verdict != "fail"]
+    missed = [e for e, verdict in verdicts.items() if e != "reference" and verdict != FAIL]
     reference = verdicts.get("reference", "?")
-    lines += ["", _summary(reference == "pass" and not missed, reference, len(engines) - 1, missed), "```"]
+    lines += ["", _summary(reference == PASS and not missed, reference, len(engines) - 1, missed), "```"]
     return "\n".join(lines) + "\n"

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from ..audit import BATTERY
 from ..settings import DEFAULTS
+from ..verdicts import ERROR, FAIL, PASS, SKIP
 
 
 @dataclass
@@ -40,12 +41,12 @@ class ZooResult:
 
     @property
     def ok(self) -> bool:
-        if self.verdicts.get("reference") != "pass":
+        if self.verdicts.get("reference") != PASS:
             return False
-        return all(self.verdicts.get(e) == "fail" for e in self.engines if e != "reference")
+        return all(self.verdicts.get(e) == FAIL for e in self.engines if e != "reference")
 
     def missed(self) -> list:
-        return [e for e in self.engines if e != "reference" and self.verdicts.get(e) != "fail"]
+        return [e for e in self.engines if e != "reference" and self.verdicts.get(e) != FAIL]
 
     def to_dict(self) -> dict:
         return {
@@ -127,7 +128,7 @@ def tabulate(names, results, settings, wall) -> ZooResult:
         cpu[name] = res.get("cpu_seconds", 0.0)
         if "error" in res:
             errors[name] = res["error"]
-            verdicts[name] = "error"
+            verdicts[name] = ERROR
             matrix[name] = {c: "E" for c in BATTERY}
             continue
         audit = res["audit"]
@@ -139,9 +140,9 @@ def tabulate(names, results, settings, wall) -> ZooResult:
             verdict_set = {c["verdict"] for c in rows}
             if not rows:
                 row[check] = "-"
-            elif "fail" in verdict_set:
+            elif FAIL in verdict_set:
                 row[check] = "X"
-            elif verdict_set <= {"skip"}:
+            elif verdict_set <= {SKIP}:
                 row[check] = "s"
             else:
                 row[check] = "."

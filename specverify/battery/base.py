@@ -18,9 +18,10 @@ import numpy as np
 
 from specverify.format import json_safe
 from specverify.settings import DEFAULTS
+from specverify.verdicts import ERROR, FAIL, PASS, SKIP, WARN  # noqa: F401 - the checks import them from here
 
-PASS, FAIL, SKIP, ERROR = "pass", "fail", "skip", "error"
-WARN = "warn"   # an observation outside the protocol's contract (e.g. a coin of exactly 1.0): reported, never fails
+from .state import AuditState
+
 
 
 def _num(x):
@@ -68,9 +69,11 @@ class CheckResult:
         }
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Context:
-    """Settings shared by the checks of one audit."""
+    """Settings shared by the checks of one audit (frozen, without a `__dict__`: a change is
+    `dataclasses.replace`), and the audit's mutable state (`state`, `battery.state.AuditState`:
+    `run_audit` gives each audit its own)."""
 
     seed: int = DEFAULTS.seed
     samples: int = DEFAULTS.samples # samples per statistical problem
@@ -94,6 +97,7 @@ class Context:
     open_engine: object = None      # callable() -> one more adapter handle in a worker of its own (the
                                     # caller closes it), or None: a check that can split its calls
                                     # (greedy bitwise) then runs them side by side
+    state: AuditState = field(default_factory=AuditState, compare=False, repr=False)
 
     def rng(self, *key) -> np.random.Generator:
         """A generator seeded by the audit seed and a per-check key (strings hashed stably)."""
@@ -107,9 +111,7 @@ class Context:
 
     def note_call(self, what: str, changed) -> None:
         """One adapter call made through a handle, and the names of the input arrays it changed."""
-        self.__dict__["calls"] = self.__dict__.get("calls", 0) + 1
-        if changed:
-            self.__dict__.setdefault("changed_inputs", []).append((what, list(changed)))
+        self.state.note_call(what, changed)
 
 
 class Timer:

@@ -1,7 +1,7 @@
 """Samples of one-step problems, shared by the marginal and joint checks.
 
 For every verify rule the engine claims (`reference.rules`), each of the rule's one-step problems is
-sampled once (seeded per rule and problem) and cached on the context, so the marginal and joint
+sampled once (seeded per rule and problem) and kept in the audit's state (`ctx.state.onestep`), so the marginal and joint
 statistics read the same draws. The expected law is the exact law of that rule, whatever the engine
 does.
 """
@@ -28,24 +28,18 @@ class Sampled:
     drafts: np.ndarray | None = None   # int64 [n, kappa] (chain and block)
 
 
-_LAWS: dict = {}
-USERS = ("marginal", "joint", "acceptance")   # the checks that read these samples
 
 
 def sampling_seconds(ctx) -> float:
     """Seconds spent sampling one-step problems in this audit so far."""
-    return ctx.__dict__.get("_onestep_seconds", 0.0)
+    return ctx.state.onestep_seconds
 
 
 def law_of(problem: problems.Problem, rule: str, ctx) -> laws.SequenceLaw:
-    """The exact law of one step of `problem` under `rule`, memoised across audits of one process
-    (problems are seeded by (audit seed, rule, name), so the key names them)."""
-    key = (ctx.seed, rule, problem.name, problem.target.tobytes(), problem.draft.tobytes())
-    law = _LAWS.get(key)
-    if law is None:
-        law = problem.law(rule, rules.RULES[rule].problems[problem.name])
-        _LAWS[key] = law
-    return law
+    """The exact law of one step of `problem` under `rule`, memoised in the audit's state (problems are
+    seeded by (audit seed, rule, name), so the key names them)."""
+    key = ("onestep", ctx.seed, rule, problem.name, problem.target.tobytes(), problem.draft.tobytes())
+    return ctx.state.shared.law(key, lambda: problem.law(rule, rules.RULES[rule].problems[problem.name]))
 
 
 def supported(engine) -> list[rules.VerifyRule]:
@@ -55,8 +49,8 @@ def supported(engine) -> list[rules.VerifyRule]:
 
 
 def collect(engine, ctx) -> list[Sampled]:
-    """Sample every (rule, problem) pair once; cached on ctx."""
-    cache = ctx.__dict__.setdefault("_onestep", {})
+    """Sample every (rule, problem) pair once; kept in the audit's state."""
+    cache = ctx.state.onestep
     key = id(engine)
     if key in cache:
         return cache[key]
@@ -75,6 +69,6 @@ def collect(engine, ctx) -> list[Sampled]:
                                                         greedy=rule.greedy, what=f"{rule.name}[{name}]")
             law = law_of(problem, rule.name, ctx)
             out.append(Sampled(rule.name, problem, law, samples, t.seconds, drafts))
-            ctx.__dict__["_onestep_seconds"] = sampling_seconds(ctx) + t.seconds
+            ctx.state.onestep_seconds += t.seconds
     cache[key] = out
     return out

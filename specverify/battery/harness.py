@@ -149,7 +149,7 @@ def replicated_rows(engine, target: np.ndarray, draft: np.ndarray | None, m: int
                     min_size: int = 0):
     """(target [m * (kappa + 1), V], draft [m * kappa, V] or None): m requests' copies of one problem's
     rows, for every batch of that problem (only draft ids and coins change between its batches). They
-    live in one buffer kept on the context under `key` (each job of a parallel audit has its own; at
+    live in one buffer kept in the audit's state under `key` (each job of a parallel audit has its own; at
     least `min_size` floats) and reused by every problem, shared with `engine`'s adapter process
     (`row_buffer`): a batch of these rows crosses the process boundary without a copy, and a fresh
     tile of 20-64 MB per batch is not made. Valid until the next call with the same context and key.
@@ -161,11 +161,11 @@ def replicated_rows(engine, target: np.ndarray, draft: np.ndarray | None, m: int
     n_target, n_draft = m * target.shape[0] * v, 0 if draft is None else m * draft.shape[0] * v
     size = n_target + n_draft
     owner = id(getattr(engine, "_backend", engine))      # a buffer is shared with one adapter process
-    buf, buf_owner = ctx.__dict__.get(key, (None, None))
+    buf, buf_owner = ctx.state.buffers.get(key, (None, None))
     if buf is None or buf.size < size or buf_owner != owner:
         buf = None                                        # the old one's memory goes first
         buf = row_buffer(engine, max(size, min_size))
-        ctx.__dict__[key] = (buf, owner)
+        ctx.state.buffers[key] = (buf, owner)
     rows_t = buf[:n_target].reshape(m, target.shape[0], v)
     rows_t[:] = target
     rows_d = None
@@ -350,24 +350,23 @@ def law_key(model) -> tuple:
     return ("toy", model.seed, model.vocab_size, model.scale, model.zero_frac)
 
 
-OWN_MODELS: dict = {}       # (engine name, vocab, seed) -> (target, draft) TabulatedModels
-_OWN_LOCK = threading.Lock()
-
 
 def models(engine, setup, ctx):
     """(target, draft) for a run check: the setup's toy models, or, for an adapter with
     `models = "own"`, its own two tiny Llamas over `setup.vocab` tokens (built from a seed drawn from
-    the audit's seed; every law from their float64 forward, `reference.tabulated`)."""
+    the audit's seed; every law from their float64 forward, `reference.tabulated`), built once an audit
+    (kept in `ctx.state.shared.models`: (engine name, vocab, seed) -> (target, draft))."""
     if getattr(engine, "models", "toy") != "own":
         return setup.models(ctx)
     seed = int(ctx.rng("own-models", setup.vocab).integers(1, 2**31))
     key = (engine.name, setup.vocab, seed)
-    with _OWN_LOCK:                       # checks side by side ask for the same models once
-        if key not in OWN_MODELS:
+    shared = ctx.state.shared
+    with shared.lock:                     # checks side by side ask for the same models once
+        if key not in shared.models:
             target, draft = own_models(engine, setup.vocab, seed, ctx)
             target.prefetch(setup.prompt, setup.length)       # every row the run laws enumerate
-            OWN_MODELS[key] = (target, draft)
-    return OWN_MODELS[key]
+            shared.models[key] = (target, draft)
+    return shared.models[key]
 
 
 def own_models(engine, vocab: int, seed: int, ctx):
