@@ -126,8 +126,8 @@ def setting(default, *, help: str, check, parse=None, choices=None, metavar=None
 
 
 # What --samples means differs per check (samples per problem in the one-step checks, whole runs,
-# a fraction, or nothing). HOOK(lane state): each check's budget text comes from the check table
-# (`specverify.checks.describe()`, when it exists); `cli/audit.py` appends it to `--help`.
+# a fraction, or nothing): each check's budget text comes from the check table
+# (`specverify.checks.describe()`); `cli/audit.py` appends it to `--help`.
 SAMPLES_HELP = ("the sample budget of the statistical checks: samples per problem in the one-step checks; "
                 "other checks scale it or keep their own sizes")
 

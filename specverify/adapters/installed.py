@@ -6,7 +6,7 @@ transformers' `transformers.generation.utils`) and calls it. When the engine is 
 adapter raises `InputError` with one line saying how to install it (the CLI exits 2).
 
 vLLM and SGLang are large wheels with GPU dependencies; they are installed `--no-deps` into a folder
-outside the main environment (see the README, "Audits of other engines") and found through
+outside the main environment (see docs/engines/index.md) and found through
 PYTHONPATH. Their Triton kernels run on CPU under `TRITON_INTERPRET=1`, which must be set before
 the engine module is imported (triton decides at decoration time); `interpreted()` does that.
 """

@@ -113,7 +113,7 @@ A complete minimal adapter (the exact chain rule, by way of the reference) looks
     def factory():
         return MySampler()
 
-and is audited with `specverify audit path/to/file.py:factory` (the README has a longer one).
+and is audited with `specverify audit path/to/file.py:factory` (docs/adapter-protocol.md has a longer one).
 """
 
 # capability -> the methods that provide it (any one of them)

@@ -10,7 +10,7 @@ relative NEAR_TIE apart, where a rank-dependent rounding flips the argmax), half
 requests. The exact row `rank.agreement[world=W]` passes when every rank's tokens equal rank 0's on
 every call; a failure names the call, request, ranks and both token rows.
 
-Sizes: WORLD_SIZES (2, 4), CALLS x B requests; measured cost on these 2 cores below in the README
+Sizes: WORLD_SIZES (2, 4), CALLS x B requests; their measured cost is in docs/checks.md
 (process start and torch import dominate).
 
 Budget (`--samples`): exact rows of fixed size (world sizes x calls x requests); --samples unused.

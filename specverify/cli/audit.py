@@ -20,7 +20,7 @@ Exact checks (a zero-probability token emitted) fail outright.
 
 engines:
 """ + "".join(f"  {k:<26}{v}\n" if len(k) < 26 else f"  {k}\n  {'':<26}{v}\n" for k, v in described().items()) + """\
-  pkg.module:factory        your adapter (see the README's plug-in section)
+  pkg.module:factory        your adapter (see docs/adapter-protocol.md)
   path/to/file.py:factory   the same, from a file
 
 exit codes: 0 the engine passes, 1 it fails a check, 2 usage or input error.
@@ -28,16 +28,10 @@ exit codes: 0 the engine passes, 1 it fails a check, 2 usage or input error.
 
 
 def budgets() -> str:
-    """What --samples means for each check, for --help. HOOK(lane state): read from the check table's
-    `specverify.checks.describe()` (a text, or {check: its budget}) once it exists; "" until then."""
+    """What --samples means for each check, for --help: the check table's `checks.describe()`."""
     from specverify import checks
 
-    describe = getattr(checks, "describe", None)
-    if describe is None:
-        return ""
-    text = describe()
-    if not isinstance(text, str):
-        text = "".join(f"  {k:<26}{v}\n" for k, v in dict(text).items())
+    text = "\n".join("  " + line for line in checks.describe().splitlines()) + "\n"
     return "\nchecks, and what --samples means for each:\n" + text
 
 

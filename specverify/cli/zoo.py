@@ -14,7 +14,7 @@ one), with the same settings, and print a matrix mutant x check:
   -  the check does not apply          s  skipped            E  the adapter errored
 
 followed by each audit's wall and CPU seconds and the seconds its fastest catching check needs on
-its own. --markdown writes the matrix as README.md shows it (no timings).
+its own. --markdown writes the matrix as docs/zoo.md shows it (no timings).
 Exit 0 only if the reference passes and every mutant is caught; 1 otherwise; 2 on a usage error.
 """
 
@@ -26,7 +26,7 @@ def register(sub) -> None:
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: the number of cores)")
     p.add_argument("--only", default=None, help="comma-separated subset of engines (reference, mutant:<name>)")
     p.add_argument("--json", metavar="PATH", help="write the zoo result as JSON to PATH")
-    p.add_argument("--markdown", metavar="PATH", help="write README.md's zoo block (the matrix without timings) to PATH")
+    p.add_argument("--markdown", metavar="PATH", help="write docs/zoo.md's zoo block (the matrix without timings) to PATH")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress line")
     p.set_defaults(func=run)
 

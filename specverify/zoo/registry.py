@@ -4,7 +4,7 @@
     class CoinGeZero(VectorSampler):
         ...
 
-    number    its place in the zoo's order (`specverify zoo`'s rows, README's matrix): 1-14 are the
+    number    its place in the zoo's order (`specverify zoo`'s rows, docs/zoo.md's matrix): 1-14 are the
               design card's fourteen, the later ones further bug classes from public engines' history,
               in the order they joined; a new mutant takes the next number
     name      what users type: `specverify audit mutant:<name>`

@@ -3,7 +3,7 @@
     table(zoo)           a `ZooResult` -> what `specverify zoo` prints: the matrix, each audit's wall,
                          CPU and catch seconds, and the summary line
     readme_block(result) a zoo result dict (what `specverify zoo --json` writes, or a report's
-                         summary.json) -> README.md's ```console block: the matrix and the summary line
+                         summary.json) -> docs/zoo.md's ```console block: the matrix and the summary line
                          without timings, leaving out checks that apply to no engine of the zoo
 
 Cells: X some row of the check failed, . every row passed, - the check does not apply, s skipped,
@@ -66,7 +66,7 @@ def _cells(result: dict):
 
 
 def readme_block(result: dict) -> str:
-    """README.md's zoo block, rendered from a zoo result (see the module docstring)."""
+    """docs/zoo.md's zoo block, rendered from a zoo result (see the module docstring)."""
     checks, engines = _cells(result)
     kept = [c for c in checks if any(row[c] != "-" for row, _ in engines.values())]
     width = max(len(e) for e in engines)
