@@ -160,7 +160,7 @@ def replicated_rows(engine, target: np.ndarray, draft: np.ndarray | None, m: int
     v = target.shape[1]
     n_target, n_draft = m * target.shape[0] * v, 0 if draft is None else m * draft.shape[0] * v
     size = n_target + n_draft
-    owner = id(getattr(engine, "_backend", engine))      # a buffer is shared with one adapter process
+    owner = id(engine.backend if isinstance(engine, AdapterHandle) else engine)   # one buffer per adapter process
     buf, buf_owner = ctx.__dict__.get(key, (None, None))
     if buf is None or buf.size < size or buf_owner != owner:
         buf = None                                        # the old one's memory goes first
