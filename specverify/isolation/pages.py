@@ -27,8 +27,8 @@ class _PageRegion(ctypes.Structure):
 class WrittenPages:
     """The pages of a private file mapping this process has written to: /proc/self/pagemap marks
     each present page as a file page (bit 61) unless it is the process's own copy -- a written one.
-    Asked with the PAGEMAP_SCAN ioctl where the kernel has it (it returns only the matching regions:
-    ~0.5 ms less a call for the 64 MiB of a real-vocabulary batch), else by reading the entries."""
+    Asked with the PAGEMAP_SCAN ioctl where the kernel has it (it returns only the matching regions,
+    cheaper than reading every entry of a large batch), else by reading the entries."""
 
     PRESENT, SWAPPED, FILE = 1 << 63, 1 << 62, 1 << 61
     # PAGEMAP_SCAN = _IOWR('f', 16, struct pm_scan_arg) and its page categories

@@ -132,7 +132,7 @@ class Decoder(pickle.Unpickler):
 
 
 def _libc_memcmp():
-    """libc's memcmp (2-3x faster than numpy's comparison, no temporary), or None where there is none."""
+    """libc's memcmp (faster than numpy's comparison, no temporary), or None where there is none."""
     try:
         memcmp = ctypes.CDLL(None).memcmp
     except (OSError, AttributeError):

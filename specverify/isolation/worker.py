@@ -46,8 +46,8 @@ def _watch_lifeline(fd: int) -> None:
 
 def _warm_numba() -> None:
     """Initialise numba's CPU target if the adapter loaded numba: its first compiled call (a cached
-    kernel included) otherwise spends ~0.3 s there, while the audit waits; done right after the build
-    reply, it overlaps the audit's own preparation of that call."""
+    kernel included) otherwise waits for it, and so does the audit; done right after the build reply,
+    it overlaps the audit's own preparation of that call."""
     if "numba" not in sys.modules:
         return
     try:
