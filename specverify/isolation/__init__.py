@@ -80,20 +80,20 @@ What the boundary costs is measured by `python tests/bench_isolation.py --audit`
 The package, one concern a module: `handle` (open_adapter, AdapterHandle), `wire` (what crosses:
 method names and parameters, pickling, results, failures), `factories` (a factory named for another
 process), `arena` (shared memory files), `pages` (written-page scanning), `process` (the audit's side
-of a worker), `worker` (the worker's server), `inprocess` (in-process mode and the timed thread).
+of a worker), `worker` (the worker's server), `inprocess` (in-process mode, the timed thread, plain adapters behind a handle).
 """
 
 from __future__ import annotations
 
 from .arena import ALIGN, MIN_ARENA, Arena
 from .factories import factory_ref, resolve_ref
-from .handle import AdapterHandle, open_adapter
+from .handle import AdapterHandle, open_adapter, plain_handle
 from .inprocess import THREAD_NAME, call_with_timeout
 from .pages import WrittenPages
 from .process import WORKER_ENV
 from .wire import ATTRIBUTES, METHODS, PARAMS, describe, toy_model
 from .worker import Server, serve
 
-__all__ = ["open_adapter", "AdapterHandle", "call_with_timeout", "factory_ref", "resolve_ref", "describe", "toy_model",
-           "serve", "METHODS", "PARAMS", "ATTRIBUTES", "WORKER_ENV", "THREAD_NAME", "Arena", "WrittenPages", "Server",
-           "ALIGN", "MIN_ARENA"]
+__all__ = ["open_adapter", "plain_handle", "AdapterHandle", "call_with_timeout", "factory_ref", "resolve_ref",
+           "describe", "toy_model", "serve", "METHODS", "PARAMS", "ATTRIBUTES", "WORKER_ENV", "THREAD_NAME", "Arena",
+           "WrittenPages", "Server", "ALIGN", "MIN_ARENA"]

@@ -12,9 +12,9 @@ import numpy as np
 from specverify.errors import AdapterError
 
 from .factories import factory_ref, label
-from .inprocess import InProcess
+from .inprocess import Direct, InProcess
 from .process import Process
-from .wire import METHODS, PARAMS
+from .wire import METHODS, PARAMS, describe
 
 
 def open_adapter(spec, *, timeout: float, isolated: bool = True) -> "AdapterHandle":
@@ -29,6 +29,28 @@ def open_adapter(spec, *, timeout: float, isolated: bool = True) -> "AdapterHand
         backend.close()
         raise
     return AdapterHandle(backend, 0, info, timeout, owner=True)
+
+
+# the plain handles, one per live adapter object (by id; dropped when the adapter goes)
+_PLAIN: dict = {}
+
+
+def plain_handle(adapter, *, timeout: float) -> "AdapterHandle":
+    """A handle on an adapter object the caller already holds and calls in this process (the harness,
+    given an adapter without a handle): each call on the timed thread the plain adapters share, its
+    inputs not copied (`inprocess.Direct`: behaviour and cost as calling it directly under a timeout).
+    One handle per adapter while it lives (pooled, `timeout` set for the next calls); closing it leaves
+    the adapter alone."""
+    handle = _PLAIN.get(id(adapter))
+    if handle is None or handle.local is not adapter:
+        handle = AdapterHandle(Direct(adapter), 0, describe(adapter), timeout, owner=True)
+        try:
+            weakref.finalize(adapter, _PLAIN.pop, id(adapter), None)
+            _PLAIN[id(adapter)] = handle
+        except TypeError:                   # not weakly referable: a handle for this call only
+            pass
+    handle.timeout = float(timeout)
+    return handle
 
 
 class AdapterHandle:

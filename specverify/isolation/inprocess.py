@@ -1,13 +1,15 @@
 """In-process mode (`open_adapter(..., isolated=False)`, for debugging): the adapter lives in the
 audit's process and each call runs in a long-lived daemon thread under the timeout (`TimedThread`);
 a call past it is abandoned with its thread. `call_with_timeout` runs any callable the same way on
-one thread shared by the plain adapters the harness calls."""
+one thread shared by the plain adapters the harness calls, and `Direct` puts such an adapter behind
+a handle (`handle.plain_handle`)."""
 
 from __future__ import annotations
 
 import inspect
 import queue
 import threading
+import weakref
 
 import numpy as np
 
@@ -134,3 +136,42 @@ class InProcess:
 
     def close(self):
         self.instances.clear()
+
+
+class Direct:
+    """A plain adapter object behind a handle (`handle.plain_handle`): called as it is on the shared
+    timed thread (`SHARED`), its inputs neither copied nor compared -- it is trusted not to change them,
+    as when it is called directly --, so `last_mutated` is always []. No fresh adapters (no factory)."""
+
+    factory = None
+
+    def __init__(self, adapter):
+        try:                                # held weakly where it can be: a pooled handle keeps nothing alive
+            self.adapter = weakref.ref(adapter)
+        except TypeError:
+            self.adapter = lambda: adapter
+
+    @property
+    def instances(self) -> dict:
+        return {0: self.adapter()}
+
+    def new_id(self) -> int:
+        return 0
+
+    def build(self, iid, what, timeout) -> dict:
+        raise AdapterError(f"{what}: the adapter was given as an object: there is no factory to build fresh ones with")
+
+    def invoke(self, iid, target, args, kwargs, names, what, timeout):
+        op, fn = target
+        adapter = self.instances[iid]
+        call = (lambda: getattr(adapter, fn)(*args, **kwargs)) if op == "call" else (lambda: fn(adapter, *args, **kwargs))
+        return SHARED.run(call, what, timeout), []
+
+    def drop(self, iid):
+        pass
+
+    def buffer(self, shape, dtype):
+        return np.empty(shape, dtype)
+
+    def close(self):
+        pass
