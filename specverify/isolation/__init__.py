@@ -10,8 +10,9 @@ registry resolves (`reference`, `mutant:keep-tail`, `pkg.module:factory`, `path/
 zero-argument factory (a module-level function or class: it is sent by module and qualified name and
 imported by the worker with the audit's sys.path). The handle holds the adapter's attributes the battery
 reads as plain data fetched once (name, version as str, capabilities, and audit_defaults, row_dtype,
-models, processors where the adapter has them), `methods` (which of METHODS -- `adapters.protocol.PROTOCOL` -- it has; each is also a method of the
-handle, so `hasattr(handle, "verify_trees")` answers as for the adapter), and:
+models, processors where the adapter has them), `methods` (which of METHODS, the protocol's methods in
+`adapters.protocol.PROTOCOL`, it has; each is also a method of the handle, so
+`hasattr(handle, "verify_trees")` answers as for the adapter), and:
 
     call(method, *args, what=...)   adapter.<method>(*args) in the worker
     run(func, *args, what=...)      func(adapter, *args) in the worker: compound calls (the per-request
@@ -39,9 +40,9 @@ come back through a result arena -- each an anonymous memory file (memfd) passed
 named segment can outlive a killed process, reused across calls and replaced by a bigger one when a
 call needs more -- except arrays the audit built in a shared buffer (`handle.buffer(shape, dtype)`: a
 memory file of its own, mapped by the worker the same private way), which cross without a copy: the
-real-vocabulary rows (the same rows for every batch of a problem) and the battery's
-replicated rows (`checks.harness.replicated_rows`). The adapter sees writable views into the argument arena, which the worker maps
-privately: a page the adapter writes becomes the worker's own copy, the audit's bytes stay as they
+real-vocabulary rows (the same rows for every batch of a problem) and the battery's replicated rows
+(`checks.harness.replicated_rows`). The adapter sees writable views into the argument arena, which the
+worker maps privately: a page the adapter writes becomes the worker's own copy, the audit's bytes stay as they
 were, and after the call the worker finds the pages written (/proc/self/pagemap), compares just the
 arrays on them with the audit's bytes and puts the pages back. The names of the arrays that changed
 are `handle.last_mutated` (a list, [] when the adapter left its inputs alone); where there is no
@@ -80,7 +81,8 @@ What the boundary costs is measured by `python tests/bench_isolation.py --audit`
 The package, one concern a module: `handle` (open_adapter, AdapterHandle), `wire` (what crosses:
 method names and parameters, pickling, results, failures), `factories` (a factory named for another
 process), `arena` (shared memory files), `pages` (written-page scanning), `process` (the audit's side
-of a worker), `worker` (the worker's server), `inprocess` (in-process mode, the timed thread, plain adapters behind a handle).
+of a worker), `worker` (the worker's server), `inprocess` (in-process mode, the timed thread, plain
+adapters behind a handle).
 """
 
 from __future__ import annotations

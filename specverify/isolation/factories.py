@@ -72,6 +72,7 @@ def resolve_ref(ref):
 
 
 def label(spec) -> str:
+    """How error messages name what was given: an engine name, a factory's qualified name, an adapter's name."""
     if isinstance(spec, str):
         return spec
     return getattr(spec, "__qualname__", None) or getattr(spec, "name", None) or type(spec).__name__

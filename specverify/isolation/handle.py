@@ -54,8 +54,8 @@ def plain_handle(adapter, *, timeout: float) -> "AdapterHandle":
 
 
 class AdapterHandle:
-    """An adapter under audit, reached through `call` / `run` (module docstring); `local` is the adapter
-    object itself in in-process mode (for code that reaches past the protocol). Attributes: name,
+    """An adapter under audit, reached through `call` / `run` (`specverify.isolation` describes them);
+    `local` is the adapter object itself in-process (for code that reaches past the protocol). Attributes: name,
     version (str or None), capabilities (set), methods (frozenset of METHODS present), the ATTRIBUTES
     the adapter has, isolated, timeout, last_mutated, pid, factory_ref, and backend (what reaches the
     adapter: the worker process or the in-process host, shared by the handles `fresh` makes)."""

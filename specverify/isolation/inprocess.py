@@ -164,8 +164,9 @@ class Direct:
     def invoke(self, iid, target, args, kwargs, names, what, timeout):
         op, fn = target
         adapter = self.instances[iid]
-        call = (lambda: getattr(adapter, fn)(*args, **kwargs)) if op == "call" else (lambda: fn(adapter, *args, **kwargs))
-        return SHARED.run(call, what, timeout), []
+        if op == "call":
+            return SHARED.run(lambda: getattr(adapter, fn)(*args, **kwargs), what, timeout), []
+        return SHARED.run(lambda: fn(adapter, *args, **kwargs), what, timeout), []
 
     def drop(self, iid):
         pass
