@@ -14,17 +14,21 @@ import numpy as np
 import pytest
 
 from specverify.adapters.reference import ReferenceEngine
+from specverify.audit import Context
 from specverify.reference.tree_batch import TreeCoins
 from specverify.checks import harness
 from specverify.checks.problems import Problem
 from specverify.errors import AdapterError, InputError
-from specverify.isolation import open_adapter
+from specverify import isolation
+from specverify.adapters import protocol
+from specverify.isolation import open_adapter, plain_handle
 from specverify.isolation.arena import Arena
 from specverify.isolation.factories import factory_ref, resolve_ref
 from specverify.isolation.pages import WrittenPages
 from specverify.isolation.worker import Server
 from specverify.reference.batch import Coins
 from specverify.reference.chain import verify_batch
+from specverify.reference.rules import RULES
 from specverify.reference.toy import ToyModel
 from specverify.reference.transforms import Transform
 
@@ -275,6 +279,53 @@ def test_mutated_inputs_are_named(isolated):
         other, other_coins = chain_call(m=256, seed=5)                 # the next call sees its own rows
         assert np.array_equal(h.verify(other, other_coins), verify_batch(other, other_coins))
         assert h.last_mutated == ["batch.target_probs"]                # every call checked afresh
+
+
+class _Plain:
+    """A plain adapter object (no handle) whose verify sleeps, raises or answers."""
+    name, capabilities = "plain", {"chain"}
+
+    def __init__(self, how):
+        self.how = how
+
+    def verify(self, batch, coins):
+        if self.how == "hangs":
+            time.sleep(5)
+        if self.how == "raises":
+            raise ValueError("bad\nsecond line")
+        return verify_batch(batch, coins)
+
+
+def test_a_plain_adapter_is_called_through_a_pooled_plain_handle():
+    """The harness reaches an adapter object given without a handle through `plain_handle`: the shared
+    timed thread, inputs not copied, the same messages as an in-process handle; one handle per adapter."""
+    batch, coins = chain_call(m=64)
+    ctx = Context(timeout=1.0)
+    adapter = _Plain("answers")
+    assert np.array_equal(harness.invoke(adapter, "verify", batch, coins, ctx=ctx, what="plain.verify"),
+                          verify_batch(batch, coins))
+    h = plain_handle(adapter, timeout=1.0)
+    assert h is plain_handle(adapter, timeout=2.0) and h.timeout == 2.0 and h.local is adapter and not h.isolated
+    assert h.last_mutated == [] and h.factory_ref is None
+    with pytest.raises(AdapterError, match=r"^plain.verify: raised ValueError: bad$"):
+        harness.invoke(_Plain("raises"), "verify", batch, coins, ctx=ctx, what="plain.verify")
+    with pytest.raises(AdapterError, match=r"plain.verify: no answer within 1 s \(hung\?\)"):
+        harness.invoke(_Plain("hangs"), "verify", batch, coins, ctx=ctx, what="plain.verify")
+    assert harness.call_with_timeout(lambda x: x + 1, 1, timeout=1.0, what="f") == 2     # a new thread after the hang
+
+
+def test_the_protocol_table_is_the_one_vocabulary():
+    """The handle's methods and parameters, and the capability contract, come from adapters.protocol.PROTOCOL;
+    a verify rule's capability is provided by the method the harness calls for it."""
+    assert isolation.METHODS == tuple(m.name for m in protocol.PROTOCOL)
+    assert isolation.PARAMS == {m.name: m.params for m in protocol.PROTOCOL}
+    assert protocol.METHODS == {"chain": ("verify",), "greedy": ("verify",), "block": ("verify_block",),
+                                "tree": ("verify_trees", "verify_tree"), "seeded": ("verify_seeded",),
+                                "engine": ("generate",), "bitwise": ("decode_greedy",)}
+    assert protocol.REQUIRED == {"bitwise": ("bitwise_info",)}
+    for rule in RULES.values():
+        if rule.capability is not None:
+            assert rule.method in protocol.METHODS[rule.capability]
 
 
 def test_written_pages_are_found():
