@@ -87,15 +87,12 @@ adapters behind a handle).
 
 from __future__ import annotations
 
-from .arena import ALIGN, MIN_ARENA, Arena
 from .factories import factory_ref, resolve_ref
 from .handle import AdapterHandle, open_adapter, plain_handle
 from .inprocess import THREAD_NAME, call_with_timeout
-from .pages import WrittenPages
 from .process import WORKER_ENV
-from .wire import ATTRIBUTES, METHODS, PARAMS, describe, toy_model
-from .worker import Server, serve
+from .wire import ATTRIBUTES, METHODS, PARAMS, describe
+from .worker import serve
 
 __all__ = ["open_adapter", "plain_handle", "AdapterHandle", "call_with_timeout", "factory_ref", "resolve_ref",
-           "describe", "toy_model", "serve", "METHODS", "PARAMS", "ATTRIBUTES", "WORKER_ENV", "THREAD_NAME", "Arena",
-           "WrittenPages", "Server", "ALIGN", "MIN_ARENA"]
+           "describe", "serve", "METHODS", "PARAMS", "ATTRIBUTES", "WORKER_ENV", "THREAD_NAME"]
