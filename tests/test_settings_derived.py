@@ -84,7 +84,7 @@ def test_the_doors_are_what_they_were():
 
 
 def test_the_context_gets_the_settings_the_checks_read():
-    from specverify.checks.base import Context
+    from specverify.battery.base import Context
     values = settings.context_values(settings.DEFAULTS)
     assert set(values) == {"seed", "samples", "alpha", "timeout", "size"}
     ctx = Context(**values)

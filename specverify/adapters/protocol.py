@@ -116,18 +116,64 @@ A complete minimal adapter (the exact chain rule, by way of the reference) looks
 and is audited with `specverify audit path/to/file.py:factory` (docs/adapter-protocol.md has a longer one).
 """
 
+from dataclasses import dataclass  # noqa: E402
+
+from specverify.reference.rules import RULES, TREE  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Method:
+    """One adapter method of the protocol (the docstring above says what each does).
+
+    name         the attribute the harness calls
+    params       its parameter names, in order: they name the input arrays a call changed
+                 (`specverify.isolation`, `contract.inputs_unchanged`)
+    provides     the capabilities it provides: a capability needs one of its methods
+    required_by  the capabilities that need it besides one of their own methods
+    """
+
+    name: str
+    params: tuple[str, ...]
+    provides: tuple[str, ...] = ()
+    required_by: tuple[str, ...] = ()
+
+
+def _rule_capabilities(method: str) -> tuple[str, ...]:
+    """The capabilities of the verify rules (`reference.rules.RULES`) the harness calls through `method`."""
+    return tuple(r.capability for r in RULES.values() if r.method == method and r.capability is not None)
+
+
+# THE table of the protocol's vocabulary: every method the harness may call, in the order the handle
+# lists them (`specverify.isolation` derives its METHODS and PARAMS from it; METHODS, REQUIRED and
+# CAPABILITIES below are derived from it too)
+PROTOCOL = (
+    Method("verify", ("batch", "coins"), _rule_capabilities("verify")),
+    Method("verify_block", ("batch", "coins"), _rule_capabilities("verify_block")),
+    Method("verify_trees", ("batch", "coins"), _rule_capabilities("verify_trees")),
+    # the one-request form of the tree rule, called once per request
+    Method("verify_tree", ("tree", "target_probs", "draft_probs", "coins", "final_coin"), (TREE.capability,)),
+    Method("verify_seeded", ("batch", "seeds"), ("seeded",)),
+    Method("generate", ("target", "draft", "prompt", "kappa", "transform", "seed", "n", "length", "processors"),
+           ("engine",)),
+    Method("bitwise_info", (), required_by=("bitwise",)),     # specverify.adapters.bitwise_level
+    Method("decode_greedy", ("request",), ("bitwise",)),
+    Method("own_models", ("vocab", "seed")),                  # for `models = "own"` (check_models)
+)
+
+
+def _by_capability(field: str) -> dict[str, tuple[str, ...]]:
+    """capability -> the names of the methods whose `field` names it, capabilities in table order."""
+    out: dict[str, tuple[str, ...]] = {}
+    for m in PROTOCOL:
+        for cap in getattr(m, field):
+            out[cap] = out.get(cap, ()) + (m.name,)
+    return out
+
+
 # capability -> the methods that provide it (any one of them)
-METHODS = {
-    "chain": ("verify",),
-    "greedy": ("verify",),
-    "block": ("verify_block",),
-    "tree": ("verify_trees", "verify_tree"),
-    "seeded": ("verify_seeded",),
-    "engine": ("generate",),
-    "bitwise": ("decode_greedy",),    # and bitwise_info (REQUIRED): specverify.adapters.bitwise_level
-}
+METHODS = _by_capability("provides")
 # capability -> methods it needs besides one of METHODS[capability]
-REQUIRED = {"bitwise": ("bitwise_info",)}
+REQUIRED = _by_capability("required_by")
 CAPABILITIES = tuple(METHODS)
 # the logits processors an engine-level adapter may declare (`processors`); defined in reference.processors
 from specverify.reference.processors import NAMES as PROCESSORS  # noqa: E402

@@ -1,30 +1,25 @@
 """Drive an engine under audit: pack many replicas of a problem into ragged verify batches, inject
 the coins, call the adapter (with a timeout), and check the shape of what comes back.
 
-The adapter's methods (protocol: `specverify.adapters.protocol`):
-    verify(batch: VerifyBatch, coins: Coins) -> int [B, max_spec_len + 1], -1 padded   (chain, greedy)
-    verify_block(batch, coins) -> same                                                 (block)
-    verify_trees(batch: TreeBatch, coins: TreeCoins) -> int [B, depth + 1]              (tree, batched)
-    verify_tree(tree, target_probs, draft_probs, coins, final_coin) -> emitted ids      (tree, one request)
-    verify_seeded(batch, seeds) -> same as verify                                      (seeded)
-    generate(target, draft, prompt, kappa, transform, seed, n, length[, processors]) -> tokens [n, length]
-             or (tokens, info); with stop tokens a run may end early, PAD after it     (engine)
+The adapter's methods, their parameters and the capabilities they provide: the protocol's one table,
+`specverify.adapters.protocol.PROTOCOL` (each method described in that module's docstring).
 
-Every call goes through `invoke`: to an adapter behind a handle (`specverify.isolation`, what
-`audit.prepare` opens) in its worker process, to a plain adapter object under `call_with_timeout`.
+Every call goes through `invoke`, always through a handle (`specverify.isolation`): the handle
+`audit.prepare` opens (its adapter in a worker process, or in-process), or for a plain adapter object
+one made on the spot (`isolation.plain_handle`: called directly on the shared timed thread).
 An adapter that raises, hangs, dies or returns something that is not an integer array of the right
 shape with ids in [-1, V) is an AdapterError (one line; exit 2).
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 
 import numpy as np
 
 from specverify.errors import AdapterError
-from specverify.isolation import AdapterHandle
+from specverify.isolation import AdapterHandle, plain_handle
+from specverify.isolation import call_with_timeout  # noqa: F401 - checks call harness.call_with_timeout
 from specverify.reference.batch import PAD, Coins, VerifyBatch
 from specverify.reference.tree_batch import TreeBatch, TreeCoins, shape_of
 
@@ -33,52 +28,9 @@ from .problems import Problem, sample_rows
 CHUNK = 32_768  # requests per verify batch
 
 
-class _Worker:
-    """One long-lived daemon thread that runs adapter calls (starting a thread per call costs more than
-    a small verify). A call that times out leaves the thread stuck in the adapter: it is abandoned and
-    the next call starts a new one."""
-
-    def __init__(self):
-        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=self.loop, daemon=True, name="specverify-adapter").start()
-
-    def loop(self):
-        while True:
-            fn, args, box, done = self.jobs.get()
-            try:
-                box["value"] = fn(*args)
-            except BaseException as exc:  # noqa: BLE001 - an adapter may raise anything
-                box["error"] = exc
-            done.set()
-
-
-_worker: _Worker | None = None
-_worker_lock = threading.Lock()
-
-
-def call_with_timeout(fn, *args, timeout: float, what: str):
-    """Call fn(*args); raise AdapterError if it raises or does not return within `timeout` s."""
-    global _worker
-    if threading.current_thread().name == "specverify-adapter":      # nested: already timed
-        return fn(*args)
-    with _worker_lock:
-        if _worker is None:
-            _worker = _Worker()
-        worker = _worker
-    box: dict = {}
-    done = threading.Event()
-    worker.jobs.put((fn, args, box, done))
-    if not done.wait(timeout):
-        with _worker_lock:
-            if _worker is worker:
-                _worker = None          # stuck in the adapter: the next call gets a new thread
-        raise AdapterError(f"{what}: no answer within {timeout:g} s (hung?)")
-    if "error" in box:
-        exc = box["error"]
-        if isinstance(exc, AdapterError):
-            raise exc
-        raise AdapterError(f"{what}: raised {type(exc).__name__}: {exc}".splitlines()[0]) from exc
-    return box["value"]
+def handle_of(engine, ctx) -> AdapterHandle:
+    """`engine` itself if it is a handle, else a plain handle on the adapter object (`isolation.plain_handle`)."""
+    return engine if isinstance(engine, AdapterHandle) else plain_handle(engine, timeout=ctx.timeout)
 
 
 def check_output(out, shape: tuple, vocab: int | None, what: str) -> np.ndarray:
@@ -105,15 +57,15 @@ def invoke(engine, method: str, *args, ctx, what: str, **kwargs):
     """engine.<method>(*args, **kwargs) under the audit's timeout. An adapter behind a handle
     (`specverify.isolation`) runs in its own process, times itself and reports the input arrays the call
     changed: each change is noted on ctx (the `contract.inputs_unchanged` row); the harness keeps
-    judging with its own arrays, which the adapter never saw. A plain adapter object is called in a
-    thread (`call_with_timeout`)."""
+    judging with its own arrays, which the adapter never saw. A plain adapter object is called directly
+    on the shared timed thread, through a plain handle (`handle_of`)."""
     if ctx.check:
         what = f"{what}, check {ctx.check}"
-    if isinstance(engine, AdapterHandle):
-        value = engine.call(method, *args, what=what, **kwargs)
+    handle = handle_of(engine, ctx)
+    value = handle.call(method, *args, what=what, **kwargs)
+    if handle is engine:
         ctx.note_call(what, engine.last_mutated)
-        return value
-    return call_with_timeout(lambda: getattr(engine, method)(*args, **kwargs), timeout=ctx.timeout, what=what)
+    return value
 
 
 def verified(engine, method: str, batch: VerifyBatch, coins, ctx, what: str) -> np.ndarray:
@@ -160,7 +112,7 @@ def replicated_rows(engine, target: np.ndarray, draft: np.ndarray | None, m: int
     v = target.shape[1]
     n_target, n_draft = m * target.shape[0] * v, 0 if draft is None else m * draft.shape[0] * v
     size = n_target + n_draft
-    owner = id(getattr(engine, "_backend", engine))      # a buffer is shared with one adapter process
+    owner = id(engine.backend if isinstance(engine, AdapterHandle) else engine)   # one buffer per adapter process
     buf, buf_owner = ctx.state.buffers.get(key, (None, None))
     if buf is None or buf.size < size or buf_owner != owner:
         buf = None                                        # the old one's memory goes first
@@ -284,11 +236,10 @@ def verified_trees(engine, batch: TreeBatch, coins: TreeCoins, ctx, what: str) -
         res = invoke(engine, "verify_trees", batch, coins, ctx=ctx, what=f"{engine.name}.verify_trees ({what})")
         return check_output(res, shape, batch.vocab_size, f"{engine.name}.verify_trees")
     what = f"{engine.name}.verify_tree ({what})"
-    if isinstance(engine, AdapterHandle):                 # the loop runs where the adapter lives
-        res = engine.run(verify_tree_each, batch, coins, what=what)
+    handle = handle_of(engine, ctx)
+    res = handle.run(verify_tree_each, batch, coins, what=what)          # the loop runs where the adapter lives
+    if handle is engine:
         ctx.note_call(what, engine.last_mutated)
-    else:
-        res = call_with_timeout(verify_tree_each, engine, batch, coins, timeout=ctx.timeout, what=what)
     return check_output(res, shape, batch.vocab_size, f"{engine.name}.verify_tree")
 
 
