@@ -31,7 +31,7 @@ def test_draft_counts_stop_at_the_first_mismatch_and_at_the_run_end():
 
 
 def test_an_absent_engine_is_one_line_with_the_install_command(monkeypatch):
-    from specverify.adapters import installed
+    from specverify import installed
     from specverify.adapters.llamacpp import LlamaCpp
     from specverify.errors import InputError
     real = installed.available

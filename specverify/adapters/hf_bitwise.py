@@ -37,7 +37,7 @@ import numpy as np
 
 from specverify.errors import InputError
 
-from . import installed
+from specverify import installed
 from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult, chat_prompts
 
 ASSISTED, TRUNCATED, LOOKUP = "assisted", "assisted_truncated", "prompt_lookup"

@@ -62,7 +62,7 @@ import numpy as np
 from specverify.reference.batch import PAD
 from specverify.reference.torch_toy import as_torch
 
-from . import installed
+from specverify import installed
 
 
 def toy_lm(toy):

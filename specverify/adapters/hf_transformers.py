@@ -36,7 +36,7 @@ import numpy as np
 
 from specverify.reference.sampling import draw
 
-from . import installed
+from specverify import installed
 from specverify.reference.batch import PAD
 
 

@@ -86,7 +86,9 @@ import numpy as np
 from specverify.errors import InputError
 from specverify.reference.batch import PAD
 
-from . import installed, llamacpp_gguf
+from specverify import installed
+
+from . import llamacpp_gguf
 
 METHODS = ("lookup", "draft")
 N_CTX = 128                  # the tiny models' max positions; runs use under 16

@@ -28,7 +28,9 @@ import numpy as np
 
 from specverify.errors import InputError
 
-from . import installed, llamacpp_gguf
+from specverify import installed
+
+from . import llamacpp_gguf
 from .bitwise_level import NO_SPEC, BitwiseInfo, GreedyResult
 from .llamacpp import F32, GREEDY, ModelDraft
 

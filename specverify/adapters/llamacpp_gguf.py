@@ -32,7 +32,7 @@ import numpy as np
 
 from specverify.errors import InputError
 
-from . import installed
+from specverify import installed
 
 INSTALL = ("bash specverify/findings/install_llamacpp.sh VENV   (llama-cpp-python 0.3.36 built for AVX2, "
            "and its gguf package)")

@@ -90,7 +90,7 @@ import numpy as np
 from specverify.errors import AdapterError, InputError
 from specverify.reference.batch import PAD
 
-from . import installed
+from specverify import installed
 from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult, chat_prompts
 
 INSTALL = "bash specverify/findings/install_mlx.sh VENV   (pip install 'mlx[cpu]==0.32.4' mlx-lm==0.32.2)"

@@ -86,7 +86,7 @@ import numpy as np
 from specverify.errors import AdapterError, InputError
 from specverify.reference.batch import PAD
 
-from . import installed
+from specverify import installed
 from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult, chat_prompts
 
 INSTALL = "bash specverify/findings/install_openvino.sh VENV   (openvino, openvino-genai, openvino-tokenizers 2026.4.1, optimum-intel 2.2.0)"

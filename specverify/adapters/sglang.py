@@ -36,8 +36,8 @@ import numpy as np
 from specverify.errors import AdapterError
 from specverify.reference.sampling import argmax_lowest
 
-from . import installed
-from .installed import coins32
+from specverify import installed
+from specverify.installed import coins32
 
 CHAIN = "sglang.kernels.ops.speculative.reject_sampling"
 TREE = "sglang.kernels.ops.speculative.spec_tree"

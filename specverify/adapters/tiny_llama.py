@@ -37,7 +37,7 @@ import numpy as np
 
 from specverify.errors import InputError
 
-from . import installed
+from specverify import installed
 
 # architecture: small enough that a float64 forward of every prefix a law needs takes well under 1 s
 HIDDEN = 32

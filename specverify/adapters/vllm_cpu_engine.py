@@ -83,7 +83,7 @@ import numpy as np
 from specverify.errors import AdapterError, InputError
 from specverify.reference.batch import PAD
 
-from . import installed
+from specverify import installed
 from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult, chat_prompts
 
 DRAFT, PROBABILISTIC, NGRAM, BLOCK = "draft", "probabilistic", "ngram", "block"

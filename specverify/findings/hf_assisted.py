@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specverify.adapters import installed
+from specverify import installed
 
 
 @dataclass
