@@ -230,7 +230,7 @@ class TransformersAssistedLlama(TransformersAssisted):
         self.name += "-llama"
 
     def own_models(self, vocab: int, seed: int):
-        from . import tiny_llama
+        from specverify.models import tiny as tiny_llama
         return tiny_llama.pair_folders(None, vocab, seed)
 
     def _lm(self, model):

@@ -1,7 +1,8 @@
 """Diagnostic (shim repaired): plain vLLM vs draft-model speculation on the audit's V=4 tiny Llama, 20,000 whole runs each, chi-squared against the float64 law. Usage: SPECVERIFY_CACHE=... VENV/bin/python -m specverify.findings.vllm_engine_plain_vs_spec none,probabilistic,draft 20000 (the audit's folders must be in the cache)."""
 import sys, numpy as np, time
 from scipy.stats import chi2
-from specverify.adapters import vllm_cpu_engine as v, tiny_llama
+from specverify.adapters import vllm_cpu_engine as v
+from specverify.models import tiny as tiny_llama
 from specverify.reference import laws
 from specverify.reference.transforms import Transform
 root = "/tmp/vle/cache/tiny-llama"
