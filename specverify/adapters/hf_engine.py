@@ -59,10 +59,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from specverify import installed
 from specverify.reference.batch import PAD
 from specverify.reference.torch_toy import as_torch
-
-from specverify import installed
 
 
 def toy_lm(toy):

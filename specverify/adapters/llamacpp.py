@@ -83,13 +83,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from specverify.errors import InputError
-from specverify.reference.batch import PAD
-
 from specverify import installed
-
+from specverify.errors import InputError
 from specverify.models import gguf
 from specverify.models import tiny as tiny_llama
+from specverify.reference.batch import PAD
 
 INSTALL = installed.HINTS["llamacpp"]
 METHODS = ("lookup", "draft")

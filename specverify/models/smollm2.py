@@ -81,6 +81,8 @@ def hf_folder() -> Path:
     folder = cache.root() / FOLDER
     if (folder / "config.json").exists():
         return folder
+    from transformers.utils import logging
+    logging.disable_progress_bar()          # no "Writing model shards" bar: library code prints nothing
     loaded = transformers_model()
     # transformers marks a model loaded from a GGUF "quantized" and refuses to save it: the same
     # (already dequantised, float32) weights go into a plain model built from the config without that mark
