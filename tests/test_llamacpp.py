@@ -31,7 +31,7 @@ def test_draft_counts_stop_at_the_first_mismatch_and_at_the_run_end():
 
 
 def test_an_absent_engine_is_one_line_with_the_install_command(monkeypatch):
-    from specverify.adapters import installed
+    from specverify import installed
     from specverify.adapters.llamacpp import LlamaCpp
     from specverify.errors import InputError
     real = installed.available
@@ -53,7 +53,7 @@ def engine(tmp_path_factory):
 
 
 def _tabulated(engine, vocab, seed):
-    from specverify.adapters import tiny_llama
+    from specverify.models import tiny as tiny_llama
     return tuple(tiny_llama.tabulated(f) for f in engine["lookup"].own_models(vocab, seed))
 
 
@@ -77,14 +77,14 @@ def test_gguf_logits_match_the_float64_forward(engine, models):
 def test_a_wrong_rope_layout_is_caught(engine, models, tmp_path, monkeypatch):
     """The export without the rotate-half -> adjacent-pair reordering gives logits far from the law."""
     import shutil
-    from specverify.adapters import llamacpp_gguf
+    from specverify.models import gguf
     target, _ = models
     folder = tmp_path / "copy"
     shutil.copytree(target.handle, folder)
     for f in folder.glob("*.gguf"):
         f.unlink()
-    monkeypatch.setattr(llamacpp_gguf, "_rope_rows", lambda w, heads: w)
-    path = llamacpp_gguf.export(folder)
+    monkeypatch.setattr(gguf, "_rope_rows", lambda w, heads: w)
+    path = gguf.export(folder)
     import llama_cpp
     llm = llama_cpp.Llama(str(path), n_ctx=64, n_threads=1, logits_all=True, type_k=0, type_v=0, verbose=False)
     llm.eval([3, 0, 2, 1, 1])

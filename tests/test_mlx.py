@@ -66,7 +66,7 @@ def engine(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pair(engine):
-    from specverify.adapters import tiny_llama
+    from specverify.models import tiny as tiny_llama
     t, d = engine.own_models(4, 3)
     return tiny_llama.tabulated(t), tiny_llama.tabulated(d)
 
@@ -134,7 +134,7 @@ def test_identity_draft_accepts_like_sample_match(engine, pair):
 
 
 def test_stop_token_ends_a_run_and_repetition_penalty_maps(engine):
-    from specverify.adapters import tiny_llama
+    from specverify.models import tiny as tiny_llama
     from specverify.reference import laws
     from specverify.reference.processors import Processors
     t, d = engine.own_models(5, 4)

@@ -19,7 +19,7 @@ pytest.importorskip("optimum.intel", reason="optimum-intel not installed: bash s
 
 from specverify import stats  # noqa: E402
 from specverify.adapters import openvino as ovad  # noqa: E402
-from specverify.adapters import tiny_llama  # noqa: E402
+from specverify.models import tiny as tiny_llama  # noqa: E402
 from specverify.adapters.bitwise_level import GreedyRequest, Layout, Spec  # noqa: E402
 from specverify.adapters.protocol import check_adapter  # noqa: E402
 from specverify.errors import AdapterError  # noqa: E402

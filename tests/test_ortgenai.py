@@ -10,7 +10,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from specverify.adapters import ortgenai, tiny_llama
+from specverify.adapters import ortgenai
+from specverify.models import tiny as tiny_llama
 from specverify.adapters.bitwise_level import ROWS, GreedyRequest, Layout, Spec
 from specverify.battery.base import Context
 from specverify.checks.joint import sequence_gof

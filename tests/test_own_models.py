@@ -1,5 +1,5 @@
 """Engine-level adapters with models of their own (`models = "own"`): tiny random Llamas
-(`adapters.tiny_llama`) whose laws the harness computes from a float64 forward (`reference.tabulated`)."""
+(`models.tiny`) whose laws the harness computes from a float64 forward (`reference.tabulated`)."""
 
 import pickle
 
@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from specverify.adapters import tiny_llama
+from specverify.models import tiny as tiny_llama
 from specverify.adapters.protocol import check_adapter
 from specverify.errors import AdapterError, InputError
 from specverify.reference.tabulated import TabulatedModel, prefix_of

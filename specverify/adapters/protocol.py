@@ -52,7 +52,7 @@ Engine level -- a black box, no coin access (capability "engine"):
                         [B, T]) -> logits [B, T, V], float64, no weights), with `vocab_size`.
                         An adapter with `models = "own"` runs real models of its own instead:
                         `own_models(vocab, seed) -> (target, draft)` returns the folders of two tiny
-                        Llamas written by `specverify.adapters.tiny_llama.build` (or its
+                        Llamas written by `specverify.models.tiny.build` (or its
                         TabulatedModels), which the adapter exports to its engine's format; the
                         harness computes every law from the same weights in float64
                         (`reference.tabulated`) and passes them back as TabulatedModels whose
@@ -205,7 +205,7 @@ def check_adapter(adapter, what: str) -> None:
 
 
 # what an engine-level adapter's `models` attribute may say: the toy tables, the same as torch modules,
-# or models of its own (`own_models(vocab, seed)`: tiny Llama folders, `specverify.adapters.tiny_llama`)
+# or models of its own (`own_models(vocab, seed)`: tiny Llama folders, `specverify.models.tiny`)
 MODELS = ("toy", "torch", "own")
 
 

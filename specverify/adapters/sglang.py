@@ -33,11 +33,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from specverify import installed
 from specverify.errors import AdapterError
+from specverify.installed import coins32
 from specverify.reference.sampling import argmax_lowest
-
-from . import installed
-from .installed import coins32
 
 CHAIN = "sglang.kernels.ops.speculative.reject_sampling"
 TREE = "sglang.kernels.ops.speculative.spec_tree"

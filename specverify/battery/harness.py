@@ -325,7 +325,7 @@ def own_models(engine, vocab: int, seed: int, ctx):
     checked and loaded in float64 here."""
     from pathlib import Path
 
-    from specverify.adapters import tiny_llama
+    from specverify.models import tiny as tiny_llama
     from specverify.reference.tabulated import TabulatedModel
 
     what = f"{engine.name}.own_models"

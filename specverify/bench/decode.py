@@ -144,10 +144,11 @@ def _load(path: str, threads: int = 1, ngram_max: int = 4):
             import llama_cpp  # noqa: F401
         except ImportError:
             raise InputError(f"the llama.cpp path needs llama-cpp-python (it compiles llama.cpp): {LLAMA_CPP_INSTALL}") from None
-        from specverify.engine.loader import read_gguf, smollm2_path
-        f = read_gguf(smollm2_path(), quantized=True)
+        from specverify.models import smollm2
+        from specverify.models.gguf import read_gguf
+        f = read_gguf(smollm2.path(), quantized=True)
         n_bytes = sum(t.nbytes for t in f.tensors.values() if hasattr(t, "blocks"))
-        return _LlamaCpp(smollm2_path(), threads, ngram_max), n_bytes
+        return _LlamaCpp(smollm2.path(), threads, ngram_max), n_bytes
     from specverify.engine.loader import load_smollm2
     backend, weights = ENGINE_PATHS[path]
     model, _ = load_smollm2(backend, weights)
@@ -162,7 +163,7 @@ def run_bench(paths, *, specs=("ngram",), kappas=(3, 7), ngram=(4, 2), categorie
     `backend_of(name)` turns a backend name into what the engine runs (default: the name itself);
     `progress(str)` hears of each prompt done."""
     import torch
-    from specverify.engine.bitwise import encode_prompts, load_prompts
+    from specverify.models.prompts import encode_prompts, load_prompts
     from specverify.engine.loader import load_smollm2
     from specverify.errors import InputError
     from specverify.kerneltools.bandwidth import cpu_description, read_bandwidth

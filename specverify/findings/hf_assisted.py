@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specverify.adapters import installed
+from specverify import installed
+from specverify.models.tiny import seeded_llama
 
 
 @dataclass
@@ -41,14 +42,11 @@ def tiny_llama(seed: int, vocab: int = 6, hidden: int = 16, layers: int = 1, ini
     """A seeded LlamaForCausalLM over `vocab` tokens (CPU, float32, eager attention)."""
     installed.load("transformers", "transformers")
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
     torch.set_num_threads(1)        # tiny matrices: intra-op threads only contend
-    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
-                         initializer_range=init, bos_token_id=None, eos_token_id=None, pad_token_id=0,
-                         tie_word_embeddings=False, attn_implementation="eager")
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).eval()
+    model = seeded_llama(seed, vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=2,
+                         max_position_embeddings=64, initializer_range=init, bos_token_id=None, eos_token_id=None,
+                         pad_token_id=0, tie_word_embeddings=False, attn_implementation="eager")
     model.generation_config.pad_token_id = 0
     model.generation_config.eos_token_id = None
     model.generation_config.bos_token_id = None

@@ -34,7 +34,7 @@ t = time.time()
 import llama_cpp
 t_import = time.time() - t
 from specverify.adapters.llamacpp import lookup
-from specverify.adapters import tiny_llama
+from specverify.models import tiny as tiny_llama
 adapter = lookup()
 target, draft = (tiny_llama.tabulated(f) for f in adapter.own_models(4, 0))
 from specverify.reference.transforms import Transform

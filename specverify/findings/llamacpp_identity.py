@@ -25,7 +25,7 @@ def explain(n: int = 2000, seed: int = 11, vocab: int = 4, model_seed: int = 0, 
 
     t0 = time.time()
     adapter = LlamaCpp("draft")
-    from specverify.adapters import tiny_llama
+    from specverify.models import tiny as tiny_llama
     target = tiny_llama.tabulated(adapter.own_models(vocab, model_seed)[0])
     transform = Transform(temperature=temperature, top_k=top_k)
     adapter.trace = []

@@ -28,14 +28,8 @@ PROMPTS = [
 
 
 def load():
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from specverify.engine.loader import smollm2_path
-    path = smollm2_path()
-    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, attn_implementation="eager",
-                                                 dtype="float32").eval()
-    return tok, model
+    from specverify.models import smollm2
+    return smollm2.tokenizer(), smollm2.transformers_model(attn_implementation="eager").eval()
 
 
 def first_diff(a, b):

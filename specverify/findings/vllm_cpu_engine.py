@@ -23,12 +23,10 @@ def compare(a_path: str, b_path: str) -> None:
 
 
 def build(model_dir: str) -> None:
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
-                      num_key_value_heads=1, max_position_embeddings=512, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
-    m = LlamaForCausalLM(cfg).to(torch.float32)
+    from specverify.models.tiny import seeded_llama
+    m = seeded_llama(0, vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
+                     num_key_value_heads=1, max_position_embeddings=512, tie_word_embeddings=False, bos_token_id=1,
+                     eos_token_id=2)
     m.save_pretrained(model_dir)
     print("saved", model_dir)
 

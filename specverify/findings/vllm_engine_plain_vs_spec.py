@@ -8,7 +8,8 @@ def main(argv=None) -> int:
     if len(argv) != 2:
         print("usage: specverify findings vllm-engine-plain-vs-spec none,probabilistic,draft N", file=sys.stderr)
         return 2
-    from specverify.adapters import vllm_cpu_engine as v, tiny_llama
+    from specverify.adapters import vllm_cpu_engine as v
+    from specverify.models import tiny as tiny_llama
     from specverify.reference import laws
     from specverify.reference.transforms import Transform
     root = "/tmp/vle/cache/tiny-llama"

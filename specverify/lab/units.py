@@ -51,7 +51,7 @@ def load_subject(config: LabConfig) -> Subject:
             motif = rng.integers(0, model.vocab_size, 5).tolist()
             prompts.append(rng.integers(0, model.vocab_size, 4).tolist() + motif * 3)
         return Subject(model, prompts, None, f"random-llama (seed {config.seed}, {model.config.n_layers} layers, quick mode)")
-    from specverify.engine.bitwise import encode_prompts, load_prompts
+    from specverify.models.prompts import encode_prompts, load_prompts
     from specverify.engine.loader import load_smollm2
     model, tok = load_smollm2(config.backend)
     chosen = []

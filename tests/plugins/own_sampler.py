@@ -4,7 +4,7 @@
 
 import numpy as np
 
-from specverify.adapters import tiny_llama
+from specverify.models import tiny as tiny_llama
 
 
 class OwnSampler:

@@ -19,6 +19,9 @@ logits in float64 (`reference.tabulated.TabulatedModel`), from which every law i
     pair_folders(root, vocab, seed)                 (target, draft) folders, built once under `root`: what an
                                                     adapter's `own_models(vocab, seed)` returns
     pair(root, vocab, seed)                         the same as TabulatedModels (handle = the folder)
+    seeded_llama(seed, **config)                    an in-memory LlamaForCausalLM of `config` with
+                                                    transformers' own init after torch.manual_seed(seed)
+                                                    (the engine adapters' and findings' CI models)
 
 An engine computes in float32 while the law is float64 of the same weights: the rows' probabilities
 differ by ~1e-7 relative, far below any check's power.
@@ -27,17 +30,15 @@ differ by ~1e-7 relative, far below any check's power.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import threading
 from pathlib import Path
 
 import numpy as np
 
+from specverify import installed
 from specverify.errors import InputError
 
-from . import installed
+from . import cache
 
 # architecture: small enough that a float64 forward of every prefix a law needs takes well under 1 s
 HIDDEN = 32
@@ -61,8 +62,9 @@ def _quiet() -> None:
     logging.disable_progress_bar()
 
 
-def default_root() -> Path:
-    return Path(os.environ.get("SPECVERIFY_CACHE", Path.home() / ".cache" / "specverify")) / "tiny-llama"
+def root() -> Path:
+    """Where the tiny Llama folders live: the cache root's `tiny-llama`."""
+    return cache.root() / "tiny-llama"
 
 
 def _config(vocab: int, extra: int) -> dict:
@@ -142,18 +144,10 @@ def _build(folder: Path, vocab: int, seed: int, draft_of, noise: float, extra_to
             for (name, p), (_, q) in zip(model.named_parameters(), base.named_parameters()):
                 p.copy_(q + noise * float(q.std()) * torch.randn(p.shape, generator=gen))
             model.lm_head.weight[vocab:] = 0.0
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
+    with cache.atomic_folder(folder) as tmp:
         model.save_pretrained(str(tmp), safe_serialization=True)
         _tokenizer_files(tmp, vocab, extra_tokens)
         (tmp / STAMP).write_text(json.dumps(params, indent=1))
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return folder
 
 
@@ -169,7 +163,7 @@ def tabulated(folder, name: str | None = None):
     folder = Path(folder)
     params = json.loads((folder / STAMP).read_text()) if (folder / STAMP).exists() else None
     if params is None:
-        raise InputError(f"tiny_llama: {folder} is not a folder written by tiny_llama.build")
+        raise InputError(f"tiny_llama: {folder} is not a folder written by tiny_llama (models.tiny.build)")
     vocab = params["vocab"]
     _quiet()
     with TORCH_LOCK:
@@ -185,18 +179,29 @@ def tabulated(folder, name: str | None = None):
     return TabulatedModel(vocab, logits_fn, name or folder.name, handle=folder)
 
 
-def pair_folders(root=None, vocab: int = 4, seed: int = 0, *, noise: float = DRAFT_NOISE, extra_tokens: int = 0):
-    """(target folder, draft folder) over `vocab` tokens under `root` (default: `default_root()`), built
+def pair_folders(where=None, vocab: int = 4, seed: int = 0, *, noise: float = DRAFT_NOISE, extra_tokens: int = 0):
+    """(target folder, draft folder) over `vocab` tokens under `where` (default: `root()`), built
     once: what an adapter's `own_models` returns (the harness loads the laws itself)."""
-    root = Path(root) if root is not None else default_root()
+    where = Path(where) if where is not None else root()
     tag = f"V{vocab}-s{seed}-x{extra_tokens}"
-    target = build(root / f"target-{tag}", vocab, seed, extra_tokens=extra_tokens)
-    draft = build(root / f"draft-{tag}-n{noise}", vocab, seed + 1, draft_of=target, noise=noise,
+    target = build(where / f"target-{tag}", vocab, seed, extra_tokens=extra_tokens)
+    draft = build(where / f"draft-{tag}-n{noise}", vocab, seed + 1, draft_of=target, noise=noise,
                   extra_tokens=extra_tokens)
     return target, draft
 
 
-def pair(root=None, vocab: int = 4, seed: int = 0, *, noise: float = DRAFT_NOISE, extra_tokens: int = 0):
+def pair(where=None, vocab: int = 4, seed: int = 0, *, noise: float = DRAFT_NOISE, extra_tokens: int = 0):
     """(target, draft) TabulatedModels of `pair_folders` (handle = the folder)."""
-    target, draft = pair_folders(root, vocab, seed, noise=noise, extra_tokens=extra_tokens)
+    target, draft = pair_folders(where, vocab, seed, noise=noise, extra_tokens=extra_tokens)
     return tabulated(target), tabulated(draft)
+
+
+def seeded_llama(seed: int, **config):
+    """A LlamaForCausalLM of `config` (transformers' LlamaConfig fields) with transformers' own random
+    init drawn after torch.manual_seed(seed), float32, in eval mode: no download, and the same seed and
+    config give the same weights."""
+    installed.load("transformers", "transformers")
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(LlamaConfig(**config)).float().eval()

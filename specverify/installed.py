@@ -34,6 +34,9 @@ HINTS = {
     "transformers": "pip install 'specverify[transformers]'   (transformers 5.x, accelerate)",
     "vllm": _NO_DEPS,
     "sglang": _NO_DEPS,
+    "llamacpp": ("bash specverify/findings/install_llamacpp.sh VENV   (llama-cpp-python 0.3.36 built for AVX2, "
+                 "and its gguf package)"),
+    "gguf": "pip install gguf   (llama.cpp's gguf-py: reads and writes GGUF files)",
 }
 
 

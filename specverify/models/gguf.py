@@ -1,9 +1,14 @@
-"""A tiny HF Llama folder (`tiny_llama.build`) written as a GGUF file for llama.cpp, f32 throughout.
+"""GGUF files: reading one (metadata, and tensors dequantised to fp32 or kept in their Q4_1 / Q8_0
+blocks), and writing a tiny HF Llama folder (`models.tiny.build`) as one for llama.cpp, f32 throughout.
 
-The writer is llama.cpp's own Python package `gguf` (gguf-py, from the llama.cpp repository):
-`gguf.GGUFWriter` for the file, `gguf.get_tensor_name_map(MODEL_ARCH.LLAMA, n)` for the tensor
-names. Nothing is quantized (file type ALL_F32), so llama.cpp computes with the very weights whose
-float64 forward gives the law.
+Reading (`read_gguf`) uses the `gguf` package's reader and dequantize helpers; with `quantized=True`
+the block-quantized matrices stay in their blocks (`kernels.quant.QuantizedWeight`). A missing,
+truncated or foreign file is a one-line InputError.
+
+Writing (`export`): the writer is llama.cpp's own Python package `gguf` (gguf-py, from the llama.cpp
+repository): `gguf.GGUFWriter` for the file, `gguf.get_tensor_name_map(MODEL_ARCH.LLAMA, n)` for the
+tensor names. Nothing is quantized (file type ALL_F32), so llama.cpp computes with the very weights
+whose float64 forward gives the law.
 
 llama.cpp's own converter (`convert_hf_to_gguf.py`, in the llama.cpp tree that llama-cpp-python's
 sdist vendors) is not used: on a tiny folder it first needs `sentencepiece` (ModuleNotFoundError),
@@ -26,24 +31,70 @@ reordering shows at once: the engine's logits would not match the float64 law (t
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from specverify import installed
 from specverify.errors import InputError
 
-from . import installed
+from . import tiny
 
-INSTALL = ("bash specverify/findings/install_llamacpp.sh VENV   (llama-cpp-python 0.3.36 built for AVX2, "
-           "and its gguf package)")
 GGUF_NAME = "model-f32.gguf"
 STAMP = "specverify-gguf.json"        # the HF stamp it was written from; a mismatch rewrites the file
 
 
-def load(module: str):
-    """Import `module` of llama-cpp-python / gguf, or InputError with the install command (one line)."""
-    installed.HINTS.setdefault("llamacpp", INSTALL)
-    return installed.load("llamacpp", module)
+@dataclass
+class GGUFFile:
+    path: Path
+    metadata: dict          # key -> python value (strings decoded, arrays as lists)
+    tensors: dict           # name -> fp32 torch tensor [out, in] for matrices, or QuantizedWeight
+
+
+def _field_value(field):
+    from gguf import GGUFValueType
+    if field.types and field.types[0] == GGUFValueType.ARRAY:
+        sub = field.types[-1]
+        if sub == GGUFValueType.STRING:
+            return [bytes(field.parts[i]).decode("utf-8", errors="replace") for i in field.data]
+        return [field.parts[i].tolist()[0] for i in field.data]
+    v = field.parts[field.data[0]]
+    if field.types and field.types[0] == GGUFValueType.STRING:
+        return bytes(v).decode("utf-8", errors="replace")
+    return v.tolist()[0]
+
+
+def read_gguf(path, *, load_tensors: bool = True, quantized: bool = False) -> GGUFFile:
+    """Read a GGUF file. Tensors are dequantised to fp32 (gguf's own dequantize helpers), except
+    with `quantized=True` the Q4_1 / Q8_0 matrices, which stay in their blocks (QuantizedWeight)."""
+    import torch
+
+    from specverify.kernels.quant import from_gguf_tensor
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"model file not found: {path}")
+    try:
+        from gguf import GGUFReader
+        from gguf.quants import dequantize
+        reader = GGUFReader(str(path), "r")
+        metadata = {k: _field_value(f) for k, f in reader.fields.items()}
+        tensors = {}
+        if load_tensors:
+            for t in reader.tensors:
+                q = from_gguf_tensor(t) if quantized else None
+                if q is not None:
+                    tensors[t.name] = q
+                    continue
+                arr = dequantize(t.data, t.tensor_type)
+                shape = tuple(int(s) for s in reversed(t.shape.tolist()))
+                tensors[t.name] = torch.from_numpy(np.array(arr, dtype=np.float32).reshape(shape))
+    except InputError:
+        raise
+    except Exception as exc:  # gguf raises ValueError/struct errors/IndexError on a bad file
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"cannot read GGUF model {path}: {msg}") from None
+    return GGUFFile(path, metadata, tensors)
 
 
 def _rope_rows(w: np.ndarray, heads: int) -> np.ndarray:
@@ -56,14 +107,14 @@ def _rope_rows(w: np.ndarray, heads: int) -> np.ndarray:
 def export(folder) -> Path:
     """Write `folder`/model-f32.gguf from the HF folder (once; kept while the folder is unchanged)."""
     folder = Path(folder)
-    hf_stamp = folder / "specverify-tiny-llama.json"
+    hf_stamp = folder / tiny.STAMP
     if not hf_stamp.exists():
-        raise InputError(f"llamacpp: {folder} is not a folder written by tiny_llama.build")
+        raise InputError(f"llamacpp: {folder} is not a folder written by tiny_llama (models.tiny.build)")
     path, stamp = folder / GGUF_NAME, folder / STAMP
     key = hf_stamp.read_text()
     if path.exists() and stamp.exists() and stamp.read_text() == key:
         return path
-    gguf = load("gguf")
+    gguf = installed.load("gguf", "gguf")
     from safetensors.numpy import load_file
 
     cfg = json.loads((folder / "config.json").read_text())
