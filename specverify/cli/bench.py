@@ -146,7 +146,7 @@ class _LlamaCpp:
         self._models = {}
 
     def __call__(self, prompt_ids, spec, kappa, max_tokens):
-        kappa = 0 if spec == "none" else kappa
+        from specverify.engine.scheduler import spec_kappa; kappa = spec_kappa(spec, kappa)  # noqa: E702
         llm = self._models.get(kappa) or self._models.setdefault(kappa, self._new(kappa))
         llm.reset()
         out, stamps = [], []

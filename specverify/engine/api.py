@@ -23,7 +23,7 @@ from .engine import Engine, SamplingParams
 from .metrics import SpecMetrics
 from .model import Llama
 from .proposers import DraftModelProposer, NgramProposer, RandomProposer
-from .scheduler import KappaSchedule
+from .scheduler import DEFAULT_KAPPA, KappaSchedule, check_kappa, spec_kappa
 from .toy_adapter import ToyAdapter
 
 SPECS = ("none", "ngram", "draft", "uniform", "skewed")
@@ -35,7 +35,7 @@ class SpecOptions:
     lookup), "draft" (the `draft` model; for a Llama target with draft=None, its first `draft_layers`
     layers + head, sharing weights), "uniform"/"skewed" (context-free random drafts, for audits)."""
     proposer: str = "draft"
-    kappa: int | dict = 3          # drafts per verify step, or {max batch size: kappa} (`KappaSchedule`)
+    kappa: int | dict = DEFAULT_KAPPA   # drafts per verify step, or {max batch size: kappa} (`KappaSchedule`)
     draft_layers: int = 6          # layers of the self-speculative draft (proposer "draft", draft=None)
     ngram_n: int = 3               # longest n-gram looked up (proposer "ngram")
     ngram_min: int = 1             # shortest n-gram that may propose (proposer "ngram")
@@ -43,7 +43,7 @@ class SpecOptions:
     def __post_init__(self):
         if self.proposer not in SPECS:
             raise InputError(f"unknown spec {self.proposer!r}; choose one of {', '.join(SPECS)}")
-        KappaSchedule(self.kappa)                                  # validates kappa
+        check_kappa(self.kappa)
         if self.draft_layers < 1:
             raise InputError(f"draft_layers {self.draft_layers} must be >= 1")
         if self.ngram_min < 1:
@@ -134,8 +134,8 @@ def generate(target, draft=None, prompts=(), *, sampling: SamplingParams | Seque
             raise InputError(f"{len(params)} SamplingParams for {len(enc)} prompts")
         if not all(isinstance(pp, SamplingParams) for pp in params):
             raise InputError("sampling must be a SamplingParams or a sequence of them")
-    kappa = 0 if spec.proposer == "none" else spec.kappa
-    max_k = KappaSchedule(kappa).max_kappa
+    kappa = KappaSchedule(spec_kappa(spec.proposer, spec.kappa))
+    max_k = kappa.max_kappa
     vocab = target_m.vocab_size
     if spec.proposer == "ngram":
         proposer = NgramProposer(n_max=spec.ngram_n, n_min=spec.ngram_min)

@@ -35,7 +35,7 @@ from .kv_cache import SeqKV
 from .layout import build_step
 from .metrics import SpecMetrics
 from .sampler import check_finite, greedy_verify, probs_many, sample_probs
-from .scheduler import KappaSchedule, Scheduler
+from .scheduler import KappaSchedule, Scheduler, check_kappa
 
 
 @dataclass(frozen=True)
@@ -91,8 +91,8 @@ class SamplingParams:
                                  "every state allowing a token")
         if self.max_tokens < 1:
             raise InputError(f"max_tokens {self.max_tokens} must be >= 1")
-        if self.kappa is not None and self.kappa < 0:
-            raise InputError(f"kappa {self.kappa} must be >= 0")
+        if self.kappa is not None:
+            check_kappa(self.kappa, schedule=False)
 
 
 @dataclass(eq=False)          # a request is an entity: compared by identity (the scheduler removes it from its list)
@@ -139,7 +139,7 @@ class Engine:
                  record_logits=None, prefix_caching: bool = True):
         self.target = target
         self.proposer = proposer
-        self.kappa = KappaSchedule(kappa)
+        self.kappa = KappaSchedule.of(kappa)
         if self.kappa.max_kappa > 0 and proposer is None:
             raise InputError("kappa > 0 needs a proposer (spec ngram or draft)")
         self.cache = target.make_cache(num_blocks, block_size, prefix_caching=prefix_caching)
