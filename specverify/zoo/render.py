@@ -13,7 +13,7 @@ E the adapter errored.
 from __future__ import annotations
 
 from specverify.errors import InputError
-from specverify.reports.analysis import ZOO_SYMBOLS
+from specverify.render.analysis import ZOO_SYMBOLS
 
 # column heads: check -> at most CELL characters
 SHORT = {"marginal": "marg", "joint": "joint", "acceptance": "accept", "endpoints": "endpt",
