@@ -243,3 +243,13 @@ def test_sampling_is_one_params_or_one_per_prompt():
         generate(model, None, PROMPTS[:2], sampling=[SamplingParams()], spec=SpecOptions("none"))
     with pytest.raises(InputError):
         generate(model, None, PROMPTS[:2], sampling=[SamplingParams(), {"max_tokens": 4}], spec=SpecOptions("none"))
+
+
+def test_proposer_table():
+    """Every proposer a SpecOptions may name is one entry of the table, with its capability."""
+    from specverify.engine.api import PROPOSERS, SPECS
+    assert SPECS == tuple(PROPOSERS) == ("none", "ngram", "draft", "uniform", "skewed")
+    assert all(e.name == n and e.capability for n, e in PROPOSERS.items())
+    assert [n for n, e in PROPOSERS.items() if e.draft_model] == ["draft"]
+    with pytest.raises(InputError, match="unknown spec"):
+        SpecOptions("eagle")
