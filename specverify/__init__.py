@@ -10,7 +10,8 @@ Subpackages, one concern each:
 - ``specverify.kernels`` (folder ``kernels/``): batch-invariant Triton kernels and op backends.
 - ``specverify.kerneltools``: the tools that check and measure the kernels (invariance, GPU script, bench).
 - ``specverify.engine``: our speculative engine.
-- ``specverify.reports``: report generation.
+- ``specverify.render``: renders audit, zoo and lab results as HTML + Markdown pages (the
+  top-level ``reports/`` folder holds the committed output).
 """
 
 __version__ = "0.1.0"

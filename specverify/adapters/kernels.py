@@ -1,4 +1,4 @@
-"""Our Triton sampler kernels (`kernels/sampler_*.py`) as an engine: `specverify audit kernels`.
+"""Our Triton sampler kernels (`kernels/sampler/`) as an engine: `specverify audit kernels`.
 
 On a GPU the kernels run compiled; on a CPU they run under the Triton interpreter (TRITON_INTERPRET=1,
 set here before triton is first imported), which costs tens of milliseconds per request. The adapter

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import time
 
+from specverify.engine.scheduler import spec_kappa
+
 PATHS = ("quantized", "fp32", "default", "transformers", "llama.cpp")
 EXTERNAL = ("transformers", "llama.cpp")
 """Paths that are not our engine: n-gram speculation only, no per-step metrics."""
@@ -114,7 +116,7 @@ class _LlamaCpp:
         self._models = {}
 
     def __call__(self, prompt_ids, spec, kappa, max_tokens):
-        kappa = 0 if spec == "none" else kappa
+        kappa = spec_kappa(spec, kappa)
         llm = self._models.get(kappa) or self._models.setdefault(kappa, self._new(kappa))
         llm.reset()
         out, stamps = [], []

@@ -81,7 +81,7 @@ def run(args) -> int:
     from specverify.errors import InputError
     from specverify.io import check_writable, json_text, write_json
     from specverify.progress import Progress
-    from specverify.reports.atomic import check_replaceable
+    from specverify.render.atomic import check_replaceable
 
     jobs = (os.cpu_count() or 1) if args.jobs is None else args.jobs
     if jobs < 1:
@@ -104,7 +104,7 @@ def run(args) -> int:
         else:
             write_json(args.json, result.to_dict())
     if args.report:
-        from specverify.reports import write_report
+        from specverify.render import write_report
         report_progress = Progress(quiet=args.quiet)
         try:
             write_report([result.to_dict()], args.report, progress=report_progress)

@@ -6,6 +6,7 @@ import sys
 import time
 
 from specverify.cli.engine_options import add_engine_options, apply_threads, backend_for
+from specverify.engine.scheduler import DEFAULT_KAPPA
 
 
 def register(sub) -> None:
@@ -17,7 +18,7 @@ def register(sub) -> None:
     p.add_argument("--system", default=None, help="system message for the chat template")
     p.add_argument("--model", default=None, help="Llama GGUF file (default: the bundled SmolLM2-135M-Instruct)")
     p.add_argument("--spec", choices=["ngram", "draft", "none"], default="ngram", help="draft proposer (default ngram)")
-    p.add_argument("--kappa", type=int, default=5, help="drafts per verify step (default 5)")
+    p.add_argument("--kappa", type=int, default=DEFAULT_KAPPA, help=f"drafts per verify step (default {DEFAULT_KAPPA})")
     p.add_argument("--draft-layers", type=int, default=6, help="layers of the self-speculative draft (--spec draft)")
     p.add_argument("--ngram-max", type=int, default=4, help="longest n-gram looked up (--spec ngram)")
     p.add_argument("--ngram-min", type=int, default=2, help="shortest n-gram that may propose (--spec ngram)")
@@ -50,8 +51,8 @@ def run(args) -> int:
     from specverify.engine.loader import load_model, load_smollm2
     from specverify.errors import InputError
 
-    if args.kappa < 0:
-        raise InputError(f"--kappa {args.kappa} must be >= 0")
+    spec = SpecOptions(args.spec, kappa=args.kappa, draft_layers=args.draft_layers, ngram_n=args.ngram_max,
+                       ngram_min=args.ngram_min)             # checks kappa; "none" runs it as 0
     params = [SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
                              max_tokens=args.max_tokens, stop=tuple(args.stop),
                              repetition_penalty=args.repetition_penalty, frequency_penalty=args.frequency_penalty,
@@ -89,8 +90,7 @@ def run(args) -> int:
             streamed["text"] = text
 
     res = generate(model, None, [prompt_ids], sampling=params,
-                   spec=SpecOptions(args.spec, kappa=args.kappa if args.spec != "none" else 0,
-                                    draft_layers=args.draft_layers, ngram_n=args.ngram_max, ngram_min=args.ngram_min),
+                   spec=spec,
                    run=RunOptions(backend=backend_for(args.backend, args.threads), on_step=on_step), tokenizer=tok)
     out = res.outputs[0]
     m = res.metrics

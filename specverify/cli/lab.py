@@ -58,7 +58,7 @@ def run(args) -> int:
     from specverify.lab.run import run_lab
     from specverify.lab.state import default_state_path
     from specverify.progress import Progress
-    from specverify.reports.atomic import check_replaceable
+    from specverify.render.atomic import check_replaceable
 
     overrides = {k: v for k, v in {
         "kappas": args.kappas, "batches": args.batches, "sweep_kappa": args.sweep_kappa,

@@ -37,8 +37,8 @@ def register(sub) -> None:
 def run(args) -> int:
     from specverify.errors import InputError
     from specverify.progress import Progress
-    from specverify.reports import write_report
-    from specverify.reports.analysis import check_result, load_json
+    from specverify.render import write_report
+    from specverify.render.analysis import check_result, load_json
 
     docs = [load_json(p) for p in args.results]
     kinds = [check_result(d, p) for d, p in zip(docs, args.results)]

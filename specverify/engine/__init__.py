@@ -8,12 +8,12 @@
     kv_cache.py     paged KV cache, logical rollback, prefix cache of finalized blocks
     sampler.py      transforms + the exact chain/greedy rules, per-request seeded coins
     proposers.py    n-gram (prompt lookup), draft model, random (uniform / skewed)
-    scheduler.py    continuous batching, kappa per batch size
+    scheduler.py    continuous batching, kappa per batch size; kappa's one check and default
     engine.py       the step loop; stop/EOS/max_tokens truncation inside accepted runs
     metrics.py      E, r_i, fitted alpha, target passes per token, tokens/s
     toy_adapter.py  reference toy models behind the model protocol
     api.py          `generate(target, draft, prompts, sampling=SamplingParams, spec=SpecOptions,
-                    run=RunOptions, tokenizer=)`
+                    run=RunOptions, tokenizer=)`; `PROPOSERS`, the table of proposers
     bitwise.py      `decode_greedy(model, GreedyRequest)`: the engine on the protocol's bitwise level
                     (the comparison is `specverify.checks.bitwise`'s); the prompt set
 """

@@ -8,6 +8,12 @@ The options: `SamplingParams` (engine.py) per request, `SpecOptions` (how drafts
 `RunOptions` (backend, seed, batching, KV cache, callbacks, the engine class), each frozen and
 checked when built.
 
+`PROPOSERS` is the table of proposers a `SpecOptions.proposer` names (name -> capability, whether it
+runs a draft model, its builder); adding one is one entry there. `generate` is a sequence of named
+steps: encode the prompts, one SamplingParams each, the run's kappa (`scheduler.spec_kappa`), the
+draft model if the proposer needs one, the KV cache's size, the proposer, the engine, then admit and
+step to completion.
+
 Randomness: request i draws its coins from its own generator, seeded by its SamplingParams.seed when
 set, else by (run.seed, i); its drafts come from an independent stream of the same seed.
 """
@@ -23,27 +29,67 @@ from .engine import Engine, SamplingParams
 from .metrics import SpecMetrics
 from .model import Llama
 from .proposers import DraftModelProposer, NgramProposer, RandomProposer
-from .scheduler import KappaSchedule
+from .scheduler import DEFAULT_KAPPA, KappaSchedule, check_kappa, spec_kappa
 from .toy_adapter import ToyAdapter
 
-SPECS = ("none", "ngram", "draft", "uniform", "skewed")
+
+@dataclass(frozen=True)
+class ProposerEntry:
+    """One way to propose drafts. `draft_model`: whether it runs a draft model (resolved and checked
+    before the KV cache is sized); `build(spec, target, draft_model, run, num_blocks)` returns the
+    proposer object (`proposers.py`'s interface), or None for plain decode."""
+    name: str
+    capability: str
+    draft_model: bool
+    build: Callable
+
+
+def _no_proposer(spec, target, draft, run, num_blocks):
+    return None
+
+
+def _ngram(spec, target, draft, run, num_blocks):
+    return NgramProposer(n_max=spec.ngram_n, n_min=spec.ngram_min)
+
+
+def _draft(spec, target, draft, run, num_blocks):
+    return DraftModelProposer(draft, num_blocks, run.block_size)
+
+
+def _uniform(spec, target, draft, run, num_blocks):
+    return RandomProposer(target.vocab_size, "uniform", run.seed)
+
+
+def _skewed(spec, target, draft, run, num_blocks):
+    return RandomProposer(target.vocab_size, "skewed", run.seed)
+
+
+PROPOSERS = {e.name: e for e in (
+    ProposerEntry("none", "plain decode: no drafts, kappa taken as 0", False, _no_proposer),
+    ProposerEntry("ngram", "prompt lookup: what followed the latest earlier match of the last n tokens", False, _ngram),
+    ProposerEntry("draft", "a draft model (default: the target's first draft_layers layers and its head)", True, _draft),
+    ProposerEntry("uniform", "context-free drafts, q uniform (for audits)", False, _uniform),
+    ProposerEntry("skewed", "context-free drafts, q ~ Dirichlet(0.1) (for audits)", False, _skewed),
+)}
+SPECS = tuple(PROPOSERS)        # the proposer names, in the table's order
 
 
 @dataclass(frozen=True)
 class SpecOptions:
-    """How drafts are proposed: `proposer` is "none" (plain decode, kappa taken as 0), "ngram" (prompt
-    lookup), "draft" (the `draft` model; for a Llama target with draft=None, its first `draft_layers`
-    layers + head, sharing weights), "uniform"/"skewed" (context-free random drafts, for audits)."""
+    """How drafts are proposed: `proposer` names an entry of `PROPOSERS`: "none" (plain decode, kappa
+    taken as 0), "ngram" (prompt lookup), "draft" (the `draft` model; for a Llama target with
+    draft=None, its first `draft_layers` layers + head, sharing weights), "uniform"/"skewed"
+    (context-free random drafts, for audits)."""
     proposer: str = "draft"
-    kappa: int | dict = 3          # drafts per verify step, or {max batch size: kappa} (`KappaSchedule`)
+    kappa: int | dict = DEFAULT_KAPPA   # drafts per verify step, or {max batch size: kappa} (`KappaSchedule`)
     draft_layers: int = 6          # layers of the self-speculative draft (proposer "draft", draft=None)
     ngram_n: int = 3               # longest n-gram looked up (proposer "ngram")
     ngram_min: int = 1             # shortest n-gram that may propose (proposer "ngram")
 
     def __post_init__(self):
-        if self.proposer not in SPECS:
-            raise InputError(f"unknown spec {self.proposer!r}; choose one of {', '.join(SPECS)}")
-        KappaSchedule(self.kappa)                                  # validates kappa
+        if self.proposer not in PROPOSERS:
+            raise InputError(f"unknown spec {self.proposer!r}; choose one of {', '.join(PROPOSERS)}")
+        check_kappa(self.kappa)
         if self.draft_layers < 1:
             raise InputError(f"draft_layers {self.draft_layers} must be >= 1")
         if self.ngram_min < 1:
@@ -105,17 +151,12 @@ def _as_model(m, backend):
     raise InputError(f"not a model: {type(m).__name__} (needs forward/make_cache, or a toy model's logits)")
 
 
-def generate(target, draft=None, prompts=(), *, sampling: SamplingParams | Sequence[SamplingParams] = SamplingParams(),
-             spec: SpecOptions = SpecOptions(), run: RunOptions = RunOptions(), tokenizer=None) -> GenerateResult:
-    """Generate for every prompt; return the token lists, outputs and the run's SpecMetrics.
-
-    sampling: one SamplingParams for every prompt, or a sequence of them, one per prompt.
-    tokenizer: encodes string prompts, decodes the outputs (text, stop strings), gives the EOS token."""
-    target_m = _as_model(target, run.backend)
-    toy = isinstance(target_m, ToyAdapter)
+def _encode_prompts(prompts, target_m, tokenizer) -> list:
+    """Token-id lists of the prompts (strings through the tokenizer); a toy target's sentinel first."""
     prompts = list(prompts)
     if not prompts:
         raise InputError("no prompts")
+    toy = isinstance(target_m, ToyAdapter)
     enc = []
     for p in prompts:
         if isinstance(p, str):
@@ -126,51 +167,44 @@ def generate(target, draft=None, prompts=(), *, sampling: SamplingParams | Seque
         if toy:
             p = [target_m.sentinel] + p
         enc.append(p)
+    return enc
+
+
+def _sampling_list(sampling, n: int) -> list:
+    """One SamplingParams per prompt."""
     if isinstance(sampling, SamplingParams):
-        params = [sampling] * len(enc)
+        return [sampling] * n
+    params = list(sampling)
+    if len(params) != n:
+        raise InputError(f"{len(params)} SamplingParams for {n} prompts")
+    if not all(isinstance(pp, SamplingParams) for pp in params):
+        raise InputError("sampling must be a SamplingParams or a sequence of them")
+    return params
+
+
+def _draft_model(spec, target_m, draft, backend):
+    """The draft model of a draft-model proposer, its vocabulary checked against the target's."""
+    if draft is None:
+        if not isinstance(target_m, Llama):
+            raise InputError("spec 'draft' needs a draft model for this target")
+        draft_m = target_m.draft_view(spec.draft_layers)
     else:
-        params = list(sampling)
-        if len(params) != len(enc):
-            raise InputError(f"{len(params)} SamplingParams for {len(enc)} prompts")
-        if not all(isinstance(pp, SamplingParams) for pp in params):
-            raise InputError("sampling must be a SamplingParams or a sequence of them")
-    kappa = 0 if spec.proposer == "none" else spec.kappa
-    max_k = KappaSchedule(kappa).max_kappa
-    vocab = target_m.vocab_size
-    if spec.proposer == "ngram":
-        proposer = NgramProposer(n_max=spec.ngram_n, n_min=spec.ngram_min)
-    elif spec.proposer in ("uniform", "skewed"):
-        proposer = RandomProposer(vocab, spec.proposer, run.seed)
-    elif spec.proposer == "draft":
-        if draft is None:
-            if not isinstance(target_m, Llama):
-                raise InputError("spec 'draft' needs a draft model for this target")
-            draft_m = target_m.draft_view(spec.draft_layers)
-        else:
-            draft_m = _as_model(draft, run.backend)
-        if draft_m.vocab_size != vocab:
-            raise InputError(f"draft vocabulary {draft_m.vocab_size} != target vocabulary {vocab}")
-        proposer = None
-    else:
-        proposer = None
-    bsz = run.max_batch_size or len(enc)
-    longest = max(len(p) for p in enc) + max(pp.max_tokens for pp in params) + max_k + 2
-    num_blocks = run.num_blocks
-    if num_blocks is None:
-        grow = run.engine_class.kv_positions_per_token(max_k)
-        num_blocks = bsz * (-(-longest * grow // run.block_size)) + 4
-    if spec.proposer == "draft":
-        proposer = DraftModelProposer(draft_m, num_blocks, run.block_size)
-    if isinstance(target_m, Llama) and longest > target_m.config.max_seq_len:
-        raise InputError(f"prompt + max_tokens = {longest} exceeds the model's context {target_m.config.max_seq_len}")
-    eos = run.eos_token_id
-    if eos is None and tokenizer is not None:
-        eos = tokenizer.eos_id
-    detokenize = (lambda ids: tokenizer.decode(ids, skip_special=True)) if tokenizer is not None else None
-    engine = run.engine_class(target_m, None if spec.proposer == "none" else proposer, kappa=kappa,
-                              max_batch_size=bsz, num_blocks=num_blocks, block_size=run.block_size, eos_token_id=eos,
-                              detokenize=detokenize, seed=run.seed, record_logits=run.record_logits,
-                              prefix_caching=run.prefix_caching)
+        draft_m = _as_model(draft, backend)
+    if draft_m.vocab_size != target_m.vocab_size:
+        raise InputError(f"draft vocabulary {draft_m.vocab_size} != target vocabulary {target_m.vocab_size}")
+    return draft_m
+
+
+def _num_blocks(run, engine_class, bsz: int, longest: int, max_k: int) -> int:
+    """KV blocks: the run's, or enough for `bsz` requests of `longest` positions each."""
+    if run.num_blocks is not None:
+        return run.num_blocks
+    grow = engine_class.kv_positions_per_token(max_k)
+    return bsz * (-(-longest * grow // run.block_size)) + 4
+
+
+def _run_to_completion(engine, enc, params, run) -> None:
+    """Admit the requests (all at once, or run.admit_per_step before each step) and step until done."""
     pending = list(enumerate(zip(enc, params)))
     while pending or engine.has_unfinished():
         admit = len(pending) if run.admit_per_step is None else run.admit_per_step
@@ -180,5 +214,34 @@ def generate(target, draft=None, prompts=(), *, sampling: SamplingParams | Seque
         events = engine.step()
         if run.on_step is not None:
             run.on_step(events)
+
+
+def generate(target, draft=None, prompts=(), *, sampling: SamplingParams | Sequence[SamplingParams] = SamplingParams(),
+             spec: SpecOptions = SpecOptions(), run: RunOptions = RunOptions(), tokenizer=None) -> GenerateResult:
+    """Generate for every prompt; return the token lists, outputs and the run's SpecMetrics.
+
+    sampling: one SamplingParams for every prompt, or a sequence of them, one per prompt.
+    tokenizer: encodes string prompts, decodes the outputs (text, stop strings), gives the EOS token."""
+    target_m = _as_model(target, run.backend)
+    enc = _encode_prompts(prompts, target_m, tokenizer)
+    params = _sampling_list(sampling, len(enc))
+    kappa = KappaSchedule(spec_kappa(spec.proposer, spec.kappa))
+    entry = PROPOSERS[spec.proposer]
+    draft_m = _draft_model(spec, target_m, draft, run.backend) if entry.draft_model else None
+    bsz = run.max_batch_size or len(enc)
+    longest = max(len(p) for p in enc) + max(pp.max_tokens for pp in params) + kappa.max_kappa + 2
+    num_blocks = _num_blocks(run, run.engine_class, bsz, longest, kappa.max_kappa)
+    proposer = entry.build(spec, target_m, draft_m, run, num_blocks)
+    if isinstance(target_m, Llama) and longest > target_m.config.max_seq_len:
+        raise InputError(f"prompt + max_tokens = {longest} exceeds the model's context {target_m.config.max_seq_len}")
+    eos = run.eos_token_id
+    if eos is None and tokenizer is not None:
+        eos = tokenizer.eos_id
+    detokenize = (lambda ids: tokenizer.decode(ids, skip_special=True)) if tokenizer is not None else None
+    engine = run.engine_class(target_m, proposer, kappa=kappa,
+                              max_batch_size=bsz, num_blocks=num_blocks, block_size=run.block_size, eos_token_id=eos,
+                              detokenize=detokenize, seed=run.seed, record_logits=run.record_logits,
+                              prefix_caching=run.prefix_caching)
+    _run_to_completion(engine, enc, params, run)
     outputs = [engine.outputs[i] for i in range(len(enc))]
     return GenerateResult([o.token_ids for o in outputs], outputs, engine.metrics)

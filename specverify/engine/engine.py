@@ -35,7 +35,7 @@ from .kv_cache import SeqKV
 from .layout import build_step
 from .metrics import SpecMetrics
 from .sampler import check_finite, greedy_verify, probs_many, sample_probs
-from .scheduler import KappaSchedule, Scheduler
+from .scheduler import KappaSchedule, Scheduler, check_kappa
 
 
 @dataclass(frozen=True)
@@ -91,8 +91,8 @@ class SamplingParams:
                                  "every state allowing a token")
         if self.max_tokens < 1:
             raise InputError(f"max_tokens {self.max_tokens} must be >= 1")
-        if self.kappa is not None and self.kappa < 0:
-            raise InputError(f"kappa {self.kappa} must be >= 0")
+        if self.kappa is not None:
+            check_kappa(self.kappa, schedule=False)
 
 
 @dataclass(eq=False)          # a request is an entity: compared by identity (the scheduler removes it from its list)
@@ -139,7 +139,7 @@ class Engine:
                  record_logits=None, prefix_caching: bool = True):
         self.target = target
         self.proposer = proposer
-        self.kappa = KappaSchedule(kappa)
+        self.kappa = KappaSchedule.of(kappa)
         if self.kappa.max_kappa > 0 and proposer is None:
             raise InputError("kappa > 0 needs a proposer (spec ngram or draft)")
         self.cache = target.make_cache(num_blocks, block_size, prefix_caching=prefix_caching)
@@ -182,12 +182,34 @@ class Engine:
         return max(0, min(k, req.params.max_tokens - len(req.output) - 1))
 
     def step(self) -> list:
-        """Run one launch; return [(request_id, new token ids, finished)] for streaming."""
+        """Run one launch; return [(request_id, new token ids, finished)] for streaming.
+
+        The steps, in order: admit -> propose -> verify (one target launch) -> per request: accept ->
+        roll back -> commit -> finish."""
         t_start = time.perf_counter()
-        self.scheduler.admit()
-        running = list(self.scheduler.running)
+        running = self._admit()
         if not running:
             return []
+        proposals = self._propose(running)
+        rows_of, probs = self._verify(running, proposals)
+        events = []
+        for i, (req, (drafts, q_rows)) in enumerate(zip(running, proposals)):
+            emitted, m = self._accept(req, rows_of[i], list(drafts), q_rows, probs.get(i))
+            self._roll_back(req, m)
+            kept = self._commit(req, emitted, rows_of[i])
+            events.append((req.id, kept, req.finished))
+            if req.finished:
+                self._finish(req)
+        self.metrics.wall_time_s += time.perf_counter() - t_start
+        return events
+
+    def _admit(self) -> list:
+        """Admit waiting requests that fit; the running batch of this step."""
+        self.scheduler.admit()
+        return list(self.scheduler.running)
+
+    def _propose(self, running) -> list:
+        """[(drafts, q_rows)] per running request: k_b drafts from the proposer, ([], None) for none."""
         kappa = self.kappa(len(running))
         ks = [self._num_drafts(r, kappa) for r in running]
         proposals = [([], None)] * len(running)
@@ -198,6 +220,11 @@ class Engine:
             for i, prop in zip(spec, got):
                 proposals[i] = prop
             self.metrics.draft_time_s += time.perf_counter() - t0
+        return proposals
+
+    def _verify(self, running, proposals) -> tuple:
+        """One target launch over every request's unfed tokens + drafts; per request its processed
+        logits rows, and {index: probability rows} for the sampled (temperature != 0) requests."""
         new_tokens = [r.tokens[r.num_fed:] + list(d) for r, (d, _) in zip(running, proposals)]
         n_logits = [len(d) + 1 for d, _ in proposals]
         t0 = time.perf_counter()
@@ -219,29 +246,32 @@ class Engine:
             rows_of.append(rows)
         sampled = [i for i, req in enumerate(running) if req.params.temperature != 0]
         probs = dict(zip(sampled, probs_many([rows_of[i] for i in sampled], [running[i].params for i in sampled])))
+        return rows_of, probs
 
-        events = []
-        for i, (req, (drafts, q_rows)) in enumerate(zip(running, proposals)):
-            rows, drafts = rows_of[i], list(drafts)
-            if i in probs:
-                emitted, m = sample_probs(probs[i], drafts, q_rows, req.rng)
-            else:
-                emitted, m = greedy_verify(rows, drafts)
-            self.metrics.record_verify(len(drafts), m)
-            req.num_steps += 1
-            old_len = len(req.tokens)
-            req.num_fed = old_len + m
-            self.roll_back_rejected(req)
-            if self.proposer is not None:
-                self.proposer.accepted(req, req.num_fed)
-            kept = self._append(req, emitted, rows)
-            self.metrics.num_emitted += len(kept)
-            self.cache.commit(req.kv, req.tokens, len(req.tokens))
-            events.append((req.id, kept, req.finished))
-            if req.finished:
-                self._finish(req)
-        self.metrics.wall_time_s += time.perf_counter() - t_start
-        return events
+    def _accept(self, req, rows, drafts, q_rows, p_rows) -> tuple:
+        """(emitted tokens, m accepted drafts): the chain rule on p_rows with the request's generator,
+        or greedy verify on the logits rows when the request is greedy (p_rows None)."""
+        if p_rows is not None:
+            emitted, m = sample_probs(p_rows, drafts, q_rows, req.rng)
+        else:
+            emitted, m = greedy_verify(rows, drafts)
+        self.metrics.record_verify(len(drafts), m)
+        req.num_steps += 1
+        return emitted, m
+
+    def _roll_back(self, req, m: int) -> None:
+        """The tokens fed so far plus the m accepted drafts are final; the rest of the KV goes."""
+        req.num_fed = len(req.tokens) + m
+        self.roll_back_rejected(req)
+        if self.proposer is not None:
+            self.proposer.accepted(req, req.num_fed)
+
+    def _commit(self, req, emitted, rows) -> list:
+        """Append the emitted tokens (up to a stop), commit the finalized full blocks; the kept tokens."""
+        kept = self._append(req, emitted, rows)
+        self.metrics.num_emitted += len(kept)
+        self.cache.commit(req.kv, req.tokens, len(req.tokens))
+        return kept
 
     def roll_back_rejected(self, req) -> None:
         """Drop the K/V of the rejected drafts: the cache keeps the req.num_fed tokens fed and finalized."""

@@ -14,23 +14,48 @@ from collections import deque
 from specverify.errors import InputError
 
 
+DEFAULT_KAPPA = 3          # drafts per verify step when none is given: the API's and the CLI's default
+
+
+def check_kappa(kappa, *, schedule: bool = True):
+    """The one validation of a kappa: an int >= 0, or (when `schedule`) a non-empty {max batch size >= 1:
+    kappa >= 0}; returns the int, or the table as sorted (batch size, kappa) pairs. InputError otherwise."""
+    if isinstance(kappa, int):
+        if kappa < 0:
+            raise InputError(f"kappa {kappa} must be >= 0")
+        return kappa
+    if not schedule:
+        raise InputError(f"kappa {kappa!r} must be an integer >= 0")
+    items = sorted((int(b), int(k)) for b, k in dict(kappa).items())
+    if not items or any(b < 1 or k < 0 for b, k in items):
+        raise InputError(f"kappa schedule {kappa!r}: keys are batch sizes >= 1, values kappas >= 0")
+    return items
+
+
+def spec_kappa(proposer: str, kappa):
+    """The kappa a run with `proposer` uses: `kappa` as given, or 0 when there is no speculation
+    (proposer "none": plain decode is kappa 0)."""
+    return 0 if proposer == "none" else kappa
+
+
 class KappaSchedule:
     """kappa as a function of the batch size: an int (constant), or {max_batch_size: kappa}
     (vLLM's num_speculative_tokens_per_batch_size): the entry with the smallest key >= B, and 0
-    beyond the largest key."""
+    beyond the largest key. Built from a value `check_kappa` accepts."""
 
     def __init__(self, kappa):
-        if isinstance(kappa, int):
-            if kappa < 0:
-                raise InputError(f"kappa {kappa} must be >= 0")
+        checked = check_kappa(kappa)
+        if isinstance(checked, int):
             self.table = None
-            self.kappa = kappa
+            self.kappa = checked
         else:
-            items = sorted((int(b), int(k)) for b, k in dict(kappa).items())
-            if not items or any(b < 1 or k < 0 for b, k in items):
-                raise InputError(f"kappa schedule {kappa!r}: keys are batch sizes >= 1, values kappas >= 0")
-            self.table = items
-            self.kappa = max(k for _, k in items)
+            self.table = checked
+            self.kappa = max(k for _, k in checked)
+
+    @classmethod
+    def of(cls, kappa) -> "KappaSchedule":
+        """`kappa` itself if it is already a schedule (checked when built), else a new one."""
+        return kappa if isinstance(kappa, cls) else cls(kappa)
 
     def __call__(self, batch_size: int) -> int:
         if self.table is None:

@@ -5,8 +5,8 @@ for a real device (a loop-carried type change, an unsupported construct).
 
     compile_all(arch=90) -> {kernel name: CompiledKernel or the error text}
 
-The kernels are those every kernel module of `specverify.kernels` (`triton_*.py`, `sampler_*.py`)
-lists in its COMPILE (`triton_common.CompileSpec`: the signature its launcher uses, the constexprs
+The kernels are those every kernel module (`specverify.kernels`' `triton_*.py` and the modules of its
+`sampler/` subpackage) lists in its COMPILE (`triton_common.CompileSpec`: the signature its launcher uses, the constexprs
 of a SmolLM2-sized launch). Run it with TRITON_INTERPRET unset: the kernel modules must be imported
 as compiled kernels.
 """
@@ -16,16 +16,27 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-KERNEL_PREFIXES = ("triton_", "sampler_")
-"""The kernel modules of the kernels package: one kernel (or a few variants) each, with its launcher."""
+KERNEL_PREFIX = "triton_"
+"""The op kernel modules of the kernels package: one kernel (or a few variants) each, with its launcher."""
+
+SAMPLER_PACKAGE = "sampler"
+"""The kernels package's subpackage of sampler kernels: every module of it may list kernels."""
+
+
+def kernel_modules() -> list:
+    """The modules that may list kernels: the sampler subpackage's, then the op kernels', each in name order."""
+    from specverify import kernels
+    sampler = importlib.import_module(f"{kernels.__name__}.{SAMPLER_PACKAGE}")
+    return ([f"{sampler.__name__}.{m.name}" for m in sorted(pkgutil.iter_modules(sampler.__path__), key=lambda m: m.name)]
+            + [f"{kernels.__name__}.{m.name}" for m in sorted(pkgutil.iter_modules(kernels.__path__), key=lambda m: m.name)
+               if m.name.startswith(KERNEL_PREFIX)])
 
 
 def specs() -> list:
-    """The CompileSpec of every kernel, module by module in name order."""
-    from specverify import kernels
+    """The CompileSpec of every kernel, module by module (`kernel_modules`)."""
     out = []
-    for mod in sorted(m.name for m in pkgutil.iter_modules(kernels.__path__) if m.name.startswith(KERNEL_PREFIXES)):
-        out += getattr(importlib.import_module(f"{kernels.__name__}.{mod}"), "COMPILE", ())
+    for mod in kernel_modules():
+        out += getattr(importlib.import_module(mod), "COMPILE", ())
     return out
 
 

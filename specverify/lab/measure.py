@@ -151,7 +151,7 @@ def run_generate(model, prompt_ids: list, *, spec: str, kappa: int, max_tokens: 
               for _ in prompt_ids]
     t0 = time.perf_counter()
     res = generate(model, None, prompt_ids, sampling=params,
-                   spec=SpecOptions(spec, kappa=kappa if spec != "none" else 0, draft_layers=draft_layers),
+                   spec=SpecOptions(spec, kappa=kappa, draft_layers=draft_layers),
                    run=RunOptions(backend=backend, seed=seed, max_batch_size=batch or len(prompt_ids),
                                   eos_token_id=eos_token_id,
                                   on_step=lambda ev: (stamps.append(time.perf_counter()), cpu.append(time.process_time()))))

@@ -1,10 +1,10 @@
-"""The lab's figures (matplotlib Figure + Agg, PNG bytes; see specverify/reports/plots.py)."""
+"""The lab's figures (matplotlib Figure + Agg, PNG bytes; see specverify/render/plots.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from specverify.reports.plots import BLUE, GREEN, GREY, ORANGE, RED, new_figure, to_png
+from specverify.render.plots import BLUE, GREEN, GREY, ORANGE, RED, new_figure, to_png
 
 from . import formulas as F
 

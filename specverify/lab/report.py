@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import os
 
-from specverify.reports.atomic import atomic_dir, check_replaceable
-from specverify.reports.doc import BulletList, Document, Formula, Heading, Image, Para, Table, write_document
+from specverify.render.atomic import atomic_dir, check_replaceable
+from specverify.render.doc import BulletList, Document, Formula, Heading, Image, Para, Table, write_document
 
 from . import plots
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from specverify.checks import TABLE
 from specverify.errors import InputError
-from specverify.reports.analysis import ZOO_SYMBOLS
+from specverify.render.analysis import ZOO_SYMBOLS
 from specverify.verdicts import FAIL, PASS
 
 # column heads: check -> its short name (`specverify.checks.TABLE`)

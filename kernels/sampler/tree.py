@@ -17,7 +17,7 @@ no draft rows means one-hot drafts. Coins: coins[k] for node k, one final coin.
         emit draw(r, final_coin)  (r = target[row] itself at a leaf);  stop
 
 Sums are sequential (k = 0 .. V-1), the weights of each rejected sibling are removed from the
-residual before the next sibling is tried, and draw is `sampler_draw.draw`. Outputs: the emitted
+residual before the next sibling is tried, and draw is `draw.draw`. Outputs: the emitted
 tokens (-1 padded, at most depth + 1) and the accepted node ids (-1 padded).
 """
 
@@ -26,8 +26,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .sampler_draw import MODE_TARGET, draw
-from .triton_common import CompileSpec
+from ..triton_common import CompileSpec
+from .draw import MODE_TARGET, draw
 
 BLOCK_V = 1024
 

@@ -6,10 +6,9 @@
     tree_verify(tree: DraftTree, target_probs, draft_probs=None, coins=None, final_coin=None)
         -> (emitted token ids, accepted node ids)  = `reference.tree.tree_verify(...)`
 
-The kernels (one a file, launcher beside it): `sampler_greedy` (greedy verify), `sampler_recovered`
-(the residual draw of every draft position), `sampler_bonus` (the bonus draw), `sampler_chain` (the
-acceptance walk that picks among them), `sampler_tree`; `sampler_draw` holds the shared device
-functions (weights, sequential inverse-CDF draw, argmax). Everything is float64 with sequential
+The kernels (one a module of this package, launcher beside it): `greedy` (greedy verify), `recovered`
+(the residual draw of every draft position), `bonus` (the bonus draw), `chain` (the acceptance walk
+that picks among them), `tree`; `draw` holds the shared device functions (weights, sequential inverse-CDF draw, argmax). Everything is float64 with sequential
 sums in token order, so given the same rows and coins the tokens equal the reference's exactly,
 endpoint coins (0.0, 5e-324, 1 - 2^-53, 1 - 2^-24, 1.0) included.
 
@@ -36,7 +35,7 @@ from specverify.reference.tree import DraftTree
 
 
 def _device():
-    from .triton_common import require_triton
+    from ..triton_common import require_triton
     require_triton()
     import torch
     return "cuda" if torch.cuda.is_available() else "cpu"
@@ -46,7 +45,10 @@ def verify(batch: VerifyBatch, coins: Coins | None = None) -> np.ndarray:
     """Verify a ragged batch on the kernels; int64 [B, max_spec_len + 1], -1 padded."""
     import torch
 
-    from . import sampler_bonus, sampler_chain, sampler_greedy, sampler_recovered
+    from .bonus import bonus_tokens
+    from .chain import chain_verify
+    from .greedy import greedy_verify
+    from .recovered import recovered_tokens
     if not isinstance(batch, VerifyBatch):
         raise InputError(f"verify: expected a VerifyBatch, got {type(batch).__name__}")
     if coins is None and not batch.greedy.all():
@@ -68,7 +70,7 @@ def verify(batch: VerifyBatch, coins: Coins | None = None) -> np.ndarray:
     out = torch.full((B, batch.max_spec_len + 1), -1, dtype=torch.int64, device=dev)
 
     if batch.greedy.any():
-        sampler_greedy.greedy_verify(target, draft_ids, num_draft, draft_start, row_start, greedy, out)
+        greedy_verify(target, draft_ids, num_draft, draft_start, row_start, greedy, out)
     if not batch.greedy.all():
         accept = validate.coins(coins.accept, "accept coins", n_total)
         final = validate.coins(coins.final, "final coins", B)
@@ -78,11 +80,10 @@ def verify(batch: VerifyBatch, coins: Coins | None = None) -> np.ndarray:
         local = np.arange(n_total) - batch.draft_start[req]
         recovered = torch.full((n_total,), -1, dtype=torch.int64, device=dev)
         bonus = torch.full((B,), -1, dtype=torch.int64, device=dev)
-        sampler_recovered.recovered_tokens(target, draft, draft_ids, i32(req), i32(local), row_start, greedy,
-                                           final_t, recovered)
-        sampler_bonus.bonus_tokens(target, num_draft, row_start, greedy, final_t, bonus)
-        sampler_chain.chain_verify(target, draft, draft_ids, num_draft, draft_start, row_start, greedy, accept_t,
-                                   recovered, bonus, out)
+        recovered_tokens(target, draft, draft_ids, i32(req), i32(local), row_start, greedy, final_t, recovered)
+        bonus_tokens(target, num_draft, row_start, greedy, final_t, bonus)
+        chain_verify(target, draft, draft_ids, num_draft, draft_start, row_start, greedy, accept_t,
+                     recovered, bonus, out)
     return out.cpu().numpy()
 
 
@@ -90,13 +91,13 @@ def tree_verify(tree: DraftTree, target_probs, draft_probs=None, coins=None, fin
     """Recursive rejection over a draft tree on the kernel; (emitted token ids, accepted node ids)."""
     import torch
 
-    from . import sampler_tree
+    from .tree import tree_verify as tree_kernel
     target, draft, c, f = reference_tree.validated(tree, target_probs, draft_probs, coins, final_coin)
     n = tree.size
     dev = _device()
     out_tokens = torch.full((n + 1,), -1, dtype=torch.int64, device=dev)
     out_path = torch.full((max(n, 1),), -1, dtype=torch.int64, device=dev)
-    sampler_tree.tree_verify(
+    tree_kernel(
         torch.as_tensor(tree.tokens.astype(np.int32), device=dev),
         torch.as_tensor(tree.parents.astype(np.int32), device=dev),
         torch.as_tensor(target, device=dev), None if draft is None else torch.as_tensor(draft, device=dev),

@@ -8,7 +8,7 @@
         else:                                 emit recovered[d0 + i]; stop    (the residual draw)
     all accepted:                             emit bonus[b]
 
-`recovered` and `bonus` come from `sampler_recovered` and `sampler_bonus` (the same final coin:
+`recovered` and `bonus` come from `recovered` and `bonus` (the same final coin:
 only one of them is ever emitted). The test is coin * q < p, never a division, so a coin of 0.0
 cannot accept a token with p = 0 and a coin of 1.0 (out of contract) accepts only where p > q.
 Rows past the first rejection are never read.
@@ -19,7 +19,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .triton_common import CompileSpec
+from ..triton_common import CompileSpec
 
 
 @triton.jit

@@ -1,7 +1,7 @@
-"""Reports: audit and zoo results -> an HTML page and its Markdown twin (`specverify report`), and the
+"""The renderer: audit and zoo results -> an HTML page and its Markdown twin (`specverify report`), and the
 lab's page (`specverify lab`). Folders are written atomically; plots are matplotlib (Agg) PNGs.
 
-    from specverify.reports import write_report
+    from specverify.render import write_report
     write_report([result.to_dict()], "reports/reference")
 """
 

@@ -8,7 +8,7 @@ non-greedy request b), the token that position would emit if its draft were reje
     w all zero (p <= q everywhere: only when p == q up to rounding)  ->  w = p
     recovered[d] = draw(w, final_coin[b])
 
-(`reference.sampling.residual` and `draw`; draw: `sampler_draw`.) The final coin is the request's:
+(`reference.sampling.residual` and `draw`; draw: `draw.py`.) The final coin is the request's:
 whichever of its draws happens uses it, exactly as the reference does.
 """
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .sampler_draw import MODE_DETERMINISTIC, MODE_RESIDUAL, MODE_TARGET, draw, total_weight
-from .triton_common import CompileSpec
+from ..triton_common import CompileSpec
+from .draw import MODE_DETERMINISTIC, MODE_RESIDUAL, MODE_TARGET, draw, total_weight
 
 
 @triton.jit

@@ -2,7 +2,7 @@
 
     bonus[b] = draw(p_{kappa_b}, final_coin[b])        # the request's last (bonus) target row
 
-(`reference.sampling.draw`, implemented in `sampler_draw`). A request with no drafts emits exactly
+(`reference.sampling.draw`, implemented in `draw`). A request with no drafts emits exactly
 this token.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .sampler_draw import MODE_TARGET, draw
-from .triton_common import CompileSpec
+from ..triton_common import CompileSpec
+from .draw import MODE_TARGET, draw
 
 
 @triton.jit

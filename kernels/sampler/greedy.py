@@ -12,8 +12,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .sampler_draw import argmax_row
-from .triton_common import CompileSpec
+from ..triton_common import CompileSpec
+from .draw import argmax_row
 
 BLOCK_V = 1024
 
