@@ -20,7 +20,7 @@ from specverify import settings as settings_mod
 from specverify.errors import AdapterError, InputError
 
 from . import checks as battery
-from .battery import onestep
+from .battery import decisive, onestep
 from .isolation import AdapterHandle, open_adapter
 from .battery.base import CheckResult, Context
 from .battery.state import AuditState
@@ -45,6 +45,15 @@ class AuditResult:
     check_seconds: dict = field(default_factory=dict)   # check module -> seconds it needs on its own
     deviation: dict | None = None   # what kind of deviation a failing audit saw (`deviation_of`)
     not_covered: dict = field(default_factory=dict)   # check -> why it decided nothing for this engine
+    stop: dict | None = None        # how a decisive audit stopped (mode, power_tv, fail_fast, rounds, stopped_at);
+                                    # None: fixed budgets
+
+    def family(self) -> str:
+        """How the audit controls its family-wise false-alarm rate, in words (for summaries)."""
+        if self.stop is None:
+            return f"family-wise alpha {self.alpha:g} by Holm"
+        return (f"family-wise alpha {self.alpha:g} by Bonferroni over anytime-valid e-values, decisive in "
+                f"{self.stop['rounds']} round(s), --power-tv {self.stop['power_tv']:g}")
 
     def failed(self) -> list[CheckResult]:
         return [c for c in self.checks if c.verdict == FAIL]
@@ -64,6 +73,7 @@ class AuditResult:
             "errors": self.errors,
             "check_seconds": {k: round(v, 3) for k, v in self.check_seconds.items()},
             "not_covered": self.not_covered,
+            **({} if self.stop is None else {"stop": self.stop}),
         }
 
 
@@ -239,19 +249,27 @@ def run_parallel(engine, ctx: Context, names: list, jobs: int, open_engine) -> l
 
 
 def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=None, extra=None, *,
-              jobs: int = 1, open_engine=None) -> AuditResult:
+              jobs: int = 1, open_engine=None, stop: str = "fixed", power_tv: float = 0.01,
+              fail_fast: bool = False) -> AuditResult:
     """Run the battery (or the named checks) against `engine`; never raises for a failing engine
     (an adapter that crashes, hangs or returns garbage raises AdapterError). `factory()` builds fresh
     adapters of the same engine for the seeded checks (else ctx.factory; None skips them).
     `extra(engine, ctx) -> rows`: more rows (an engine's own probes) decided with the battery's, in
     one Holm family. `jobs` > 1 with `open_engine` runs independent checks side by side (`run_parallel`):
     the same rows, in the same order, as one after the other. The audit runs on a copy of `ctx` with a
-    state of its own (`AuditState`): two audits in one process share nothing."""
+    state of its own (`AuditState`): two audits in one process share nothing.
+    `stop="decisive"` samples each statistical row in rounds until its e-value decides it
+    (`battery.decisive`; one check after another on `engine`, `jobs` unused); `fail_fast` then ends the
+    audit at its first failing row."""
     start = time.perf_counter()
     ctx = replace(ctx, state=AuditState())
     if factory is not None:
         ctx = replace(ctx, factory=factory)
     names = list(BATTERY if checks is None else checks)
+    if stop == "decisive":
+        return _run_decisive(engine, ctx, names, extra, start, power_tv=power_tv, fail_fast=fail_fast)
+    if stop != "fixed":
+        raise InputError(f"stop {stop!r}: must be one of {', '.join(settings_mod.STOPS)}")
     if jobs > 1 and open_engine is not None:
         ctx = replace(ctx, jobs=jobs, open_engine=open_engine)
     if jobs > 1 and open_engine is not None and len(names) > 1:
@@ -279,6 +297,49 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
                        not_covered=not_covered)
 
 
+EXTRA = "probes"     # the decisive family's name for an engine's own rows (`run_audit(extra=...)`)
+
+
+def _run_decisive(engine, ctx: Context, names: list, extra, start: float, *, power_tv: float,
+                  fail_fast: bool) -> AuditResult:
+    """`run_audit` with `stop="decisive"`: the checks (and an engine's own rows) in rounds."""
+    ran = _Ran()
+
+    def run_check(ctx_r, name):
+        if name == EXTRA:
+            found = list(extra(engine, ctx_r))
+            for r in found:
+                r.check = r.check or EXTRA
+            return found
+        seconds = ran.seconds.get(name, 0.0)
+        run_checks(engine, ctx_r, [name], ran)
+        ran.seconds[name] += seconds
+        return ran.rows[name]
+
+    def scales(name):
+        return name != EXTRA and battery.BY_NAME[name].scales
+
+    family = names + ([EXTRA] if extra is not None else [])
+    order = sorted(family, key=lambda n: n != EXTRA and battery.BY_NAME[n].heavy)     # heavy checks last
+    out = decisive.run(ctx, order, run_check, scales=scales, power_tv=power_tv, fail_fast=fail_fast)
+    rows = [r for name in family for r in out.rows.get(name, ())]
+    not_covered = {n: ran.not_covered[n] for n in names if n in ran.not_covered}
+    for name, why in out.not_covered.items():
+        not_covered[name] = f"{not_covered[name]}; {why}" if name in not_covered else why
+    if not any(r.verdict in (PASS, FAIL) for r in rows):
+        raise AdapterError(f"engine {engine.name!r} supports none of the checks run (capabilities: "
+                           f"{sorted(getattr(engine, 'capabilities', ()))}; checks: {', '.join(names) or 'none'})")
+    if isinstance(engine, AdapterHandle):
+        rows.append(inputs_unchanged([c.state for c in out.contexts]))
+    result = AuditResult(engine=str(engine.name), verdict=verdict_of(rows), seed=ctx.seed, alpha=ctx.alpha,
+                         samples=ctx.samples, checks=rows, engine_version=getattr(engine, "version", None),
+                         seconds=time.perf_counter() - start, check_seconds={n: ran.seconds[n] for n in names if n in ran.seconds},
+                         deviation=deviation_of(rows), not_covered=not_covered)
+    result.stop = {"mode": "decisive", "power_tv": power_tv, "fail_fast": fail_fast, "rounds": out.rounds,
+                   "first_round": decisive.FIRST_ROUND, "stopped_at": out.stopped_at}
+    return result
+
+
 @dataclass
 class Audit:
     """An audit ready to run: the adapter, how to build fresh ones, and the resolved settings."""
@@ -302,7 +363,8 @@ class Audit:
                 return open_adapter(self.source, timeout=self.settings.timeout, isolated=self.engine.isolated)
         try:
             return run_audit(self.engine, self.ctx, checks, factory=self.factory, extra=extra, jobs=jobs,
-                             open_engine=open_engine)
+                             open_engine=open_engine, stop=self.settings.stop, power_tv=self.settings.power_tv,
+                             fail_fast=self.settings.fail_fast)
         except BaseException:
             self.engine.kill()
             raise

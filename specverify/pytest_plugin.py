@@ -67,6 +67,7 @@ class ExactnessGate:
                 raise InputError(f"unknown setting(s) {', '.join(sorted(unknown))}; known: {', '.join(keys)}")
             given = dict(self.settings)
             given.update(settings_mod.check_given(overrides, BATTERY, lambda k: settings_mod.spelled(k, "keyword")))
+            given = settings_mod.with_door_defaults(given, "option")   # the gate stops decisively, fails fast
             audit = prepare(engine, given)
             result = audit.run()
         except (AdapterError, InputError) as exc:
@@ -87,7 +88,7 @@ def report(result) -> str:
     """The failure message: one line per failing check, then the command that reproduces it."""
     failed = result.failed()
     lines = [f"specverify: {result.engine} is not exact -- {len(failed)} of {len(result.checks)} checks failed "
-             f"(family-wise alpha {result.alpha:g} by Holm, seed {result.seed}, {result.samples} samples per problem)"]
+             f"({result.family()}, seed {result.seed}, {result.samples} samples per problem)"]
     width = max(len(c.name) for c in failed)
     for c in failed:
         if c.exact:

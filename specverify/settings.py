@@ -21,6 +21,10 @@ parses it, how it is validated, and which front doors expose it:
               battery's order; a name given twice counts once
     size      "quick", "standard" or "full": how large the engine-level greedy bitwise runs are
               (`checks.bitwise.SIZES`; an engine may choose its default)  default "standard"
+    stop      "fixed" or "decisive": every row draws its whole budget, or rows sample in rounds until
+              the evidence decides (`battery.decisive`)   default "fixed" (zoo, pytest gate: "decisive")
+    power_tv  float in (0, 1): a decisive row passes once its min detectable TV is this small  default 0.01
+    fail_fast bool: end the audit at its first failing row   default False (zoo, pytest gate: True)
 
 Precedence, highest first: what the user gives (flags, keyword arguments, the pytest marker or
 command line), the adapter's own `audit_defaults` (an engine may size its defaults to its speed, e.g.
@@ -30,6 +34,7 @@ is one InputError naming the setting, before any work is done.
 
 from __future__ import annotations
 
+import argparse
 import math
 import numbers
 from dataclasses import dataclass, field, fields, replace
@@ -41,6 +46,7 @@ MIN_SAMPLES = 100
 # about 2.5 kB a sample at the peak, so 4 million samples a problem need ~10 GB
 MAX_SAMPLES = 4_000_000
 MAX_SEED = 2**63 - 1
+STOPS = ("fixed", "decisive")            # when a statistical row stops sampling (`battery.decisive`)
 SIZES = ("quick", "standard", "full")    # the bitwise check's sizes (`checks.bitwise.SIZES` holds what each runs)
 DOORS = ("audit", "zoo", "option", "marker")
 """The front doors a setting may be exposed at (see the module docstring)."""
@@ -84,6 +90,25 @@ def _size(value, label, battery) -> str:
     return value
 
 
+def _stop(value, label, battery) -> str:
+    if value not in STOPS:
+        raise InputError(f"{label} {value!r}: must be one of {', '.join(STOPS)}")
+    return value
+
+
+def _tv(value, label, battery) -> float:
+    tv = _number(label, value)
+    if not 0 < tv < 1:
+        raise InputError(f"{label} {value!r}: must be a total-variation distance in (0, 1)")
+    return tv
+
+
+def _flag(value, label, battery) -> bool:
+    if not isinstance(value, bool):
+        raise InputError(f"{label} {value!r}: must be True or False")
+    return value
+
+
 def validate_checks(checks, battery, label: str = "checks") -> tuple | None:
     """None, or the named checks in the battery's order (duplicates removed); InputError on an
     unknown name or an empty selection."""
@@ -105,7 +130,7 @@ def _checks(value, label, battery):
 # ----------------------------------------------------------------------------------- declaration
 
 def setting(default, *, help: str, check, parse=None, choices=None, metavar=None, flag=None,
-            doors=DOORS, default_text=None, door_help=None, context: bool = True):
+            doors=DOORS, default_text=None, door_help=None, door_default=None, context: bool = True):
     """A field of `Settings` carrying what the front doors need:
     help          what the setting means (the pytest option's help; the CLI's with " (default ...)")
     check         check(value, label, battery) -> the normalised value, or InputError naming `label`
@@ -116,9 +141,13 @@ def setting(default, *, help: str, check, parse=None, choices=None, metavar=None
     default_text  the audit CLI help's "(default ...)" text (an engine may change the default); None:
                   the default itself
     door_help     {door: help} where one door says it differently
+    door_default  {door: default} where one door has a default of its own (the zoo and the pytest gate
+                  stop decisively; the audit CLI keeps fixed budgets)
+    A setting whose default is a bool is a flag on the command lines (given: True).
     context       whether the checks read it (`context_values` passes it to `battery.base.Context`)"""
     meta = dict(help=help, check=check, parse=parse, choices=choices, metavar=metavar, flag=flag,
-                doors=tuple(doors), default_text=default_text, door_help=dict(door_help or {}), context=context)
+                doors=tuple(doors), default_text=default_text, door_help=dict(door_help or {}),
+                door_default=dict(door_default or {}), context=context)
     unknown = set(meta["doors"]) - set(DOORS)
     if unknown:
         raise ValueError(f"unknown door(s) {sorted(unknown)}; known: {DOORS}")
@@ -148,6 +177,17 @@ class Settings:
                         help="size of the greedy bitwise runs: quick 16 prompts x 32 tokens, standard 32 x 64 (both "
                              "kappa 1, 3, 7 at batch 1, 8 and ragged 8), full 256 x 256 (kappa 1..7, batch 1..64)",
                         default_text="standard, or the engine's own default: quick for specverify")
+    stop: str = setting("fixed", check=_stop, choices=STOPS, context=False, door_default={"zoo": "decisive", "option": "decisive"},
+                        help="when a statistical row stops sampling: fixed (every row draws its whole budget, one "
+                             "chi-squared test) or decisive (rounds of doubling size, anytime-valid e-values, until "
+                             "the row fails, or reaches --power-tv, or its budget: then it passes as inconclusive)",
+                        default_text="fixed; the zoo and the pytest gate: decisive")
+    power_tv: float = setting(0.01, check=_tv, parse=float, metavar="TV", context=False,
+                              help="with --stop decisive: a row passes once it would catch a deviation of this total "
+                                   "variation with probability 0.99")
+    fail_fast: bool = setting(False, check=_flag, context=False, door_default={"zoo": True, "option": True},
+                              help="end the audit at its first failing row, naming it and listing what did not run",
+                              default_text="off; the zoo and the pytest gate: on")
 
     def to_dict(self) -> dict:
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
@@ -167,6 +207,7 @@ class Spec:
     doors: tuple
     default_text: str | None
     door_help: dict
+    door_default: dict
     context: bool
 
     def at(self, door: str) -> bool:
@@ -175,6 +216,10 @@ class Spec:
     def cli_flag(self) -> str:
         return self.flag or f"--{self.name.replace('_', '-')}"
 
+    def default_at(self, door: str):
+        """This door's default (`door_default`, else the setting's)."""
+        return self.door_default.get(door, self.default)
+
     def help_at(self, door: str) -> str:
         """The help this door shows: its own text (`door_help`) or `help`; on a command line followed by
         the default (`default_text` at the audit, whose default an engine may change)."""
@@ -182,7 +227,8 @@ class Spec:
         if door == "option":
             return text
         default = self.default_text if door == "audit" and self.default_text is not None else (
-            f"{self.default:g}" if isinstance(self.default, float) else str(self.default))
+            f"{self.default_at(door):g}" if isinstance(self.default_at(door), float) else
+            ("on" if self.default_at(door) else "off") if isinstance(self.default_at(door), bool) else str(self.default_at(door)))
         return f"{text} (default{': ' if default[:1].isalpha() else ' '}{default})"
 
 
@@ -226,7 +272,10 @@ def add_arguments(parser, door: str, specs=None) -> None:
     """The argparse options of a command (`door` "audit" or "zoo"). The audit's default is None
     (unset: the adapter's `audit_defaults`, then DEFAULTS, fill it); the zoo's is the default itself."""
     for s in at_door(door, specs):
-        kw = dict(help=s.help_at(door), default=None if door == "audit" else s.default)
+        kw = dict(help=s.help_at(door), default=None if door == "audit" else s.default_at(door))
+        if isinstance(s.default, bool):
+            parser.add_argument(s.cli_flag(), dest=s.name, action=argparse.BooleanOptionalAction, **kw)
+            continue
         if s.parse is not None:
             kw["type"] = s.parse
         if s.choices is not None:
@@ -245,11 +294,31 @@ def add_pytest_options(group, specs=None) -> None:
     """pytest's `--specverify-NAME` options (default None: unset)."""
     for s in at_door("option", specs):
         kw = dict(default=None, help=s.help_at("option"), dest=f"specverify_{s.name}")
+        if isinstance(s.default, bool):
+            group.addoption(f"--specverify-{s.cli_flag()[2:]}", action="store_const", const=True, **kw)
+            continue
         if s.parse is not None:
             kw["type"] = s.parse
         if s.choices is not None:
             kw["choices"] = s.choices
         group.addoption(f"--specverify-{s.cli_flag()[2:]}", **kw)
+
+
+def door_defaults(door: str, specs=None) -> dict:
+    """{name: value} of the settings whose default differs at this door (`door_default`)."""
+    return {s.name: s.door_default[door] for s in at_door(door, specs) if door in s.door_default}
+
+
+def with_door_defaults(given: dict, door: str, specs=None) -> dict:
+    """`given` with this door's own defaults filled in where unset; fail_fast's door default only where
+    the audit stops decisively (with fixed budgets every row is decided at the end)."""
+    out = dict(given)
+    for name, value in door_defaults(door, specs).items():
+        if out.get(name) is None:
+            out[name] = value
+    if "fail_fast" in out and given.get("fail_fast") is None and out.get("stop", DEFAULTS.stop) != "decisive":
+        out["fail_fast"] = False
+    return out
 
 
 def marker_line(specs=None) -> str:

@@ -97,6 +97,8 @@ class Context:
     open_engine: object = None      # callable() -> one more adapter handle in a worker of its own (the
                                     # caller closes it), or None: a check that can split its calls
                                     # (greedy bitwise) then runs them side by side
+    round: int = 0                  # the sampling round of a decisive audit (`battery.decisive`): salts the
+                                    # seeds of the draws (`draws`), never those of problems and laws
     state: AuditState = field(default_factory=AuditState, compare=False, repr=False)
 
     def rng(self, *key) -> np.random.Generator:
@@ -104,6 +106,12 @@ class Context:
         words = [self.seed] + [int.from_bytes(hashlib.blake2b(str(k).encode(), digest_size=8).digest(), "little")
                                for k in key]
         return np.random.default_rng(words)
+
+    def draws(self, *key) -> np.random.Generator:
+        """The generator of a check's random draws (samples, runs): `rng(*key)` in round 0, a fresh
+        stream in each later round of a decisive audit, so rounds add independent samples of the same
+        problems (whose seeds come from `rng`)."""
+        return self.rng(*key) if self.round == 0 else self.rng("round", self.round, *key)
 
     def say(self, msg: str) -> None:
         if self.progress:

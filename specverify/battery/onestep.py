@@ -58,7 +58,7 @@ def collect(engine, ctx) -> list[Sampled]:
     for rule in supported(engine):
         for name, shape in rule.problems.items():
             problem = problems.make(name, ctx.rng("problem", rule.name, name))
-            rng = ctx.rng("samples", rule.name, name)
+            rng = ctx.draws("samples", rule.name, name)
             ctx.say(f"sampling {rule.name}[{name}]")
             drafts = None
             with Timer() as t:

@@ -190,7 +190,7 @@ def run(engine, ctx) -> list[CheckResult]:
             n = lp.scaled(lp.samples_for(problem, first if rule is claimed[0] else lp.SECOND_BYTES), ctx.large_scale)
             with Timer() as t:
                 try:
-                    out = sample(engine, rule.method, problem, n, ctx.rng("large_vocab", rule.name, problem.name), ctx)
+                    out = sample(engine, rule.method, problem, n, ctx.draws("large_vocab", rule.name, problem.name), ctx)
                 except AdapterError as exc:
                     if harness.adapter_lost(exc):
                         raise

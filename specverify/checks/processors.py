@@ -128,7 +128,7 @@ def runs_of(engine, ctx, name: str, settings: Processors, transform: Transform, 
             draft=None, setup: ProcSetup = SETUP, prompt=None, length=None):
     """(tokens [n, L], info, target, seconds) of n runs of the adapter with `settings`."""
     target, d = harness.models(engine, setup, ctx)
-    seed = int(ctx.rng("processors", seed_key).integers(2**31))
+    seed = int(ctx.draws("processors", seed_key).integers(2**31))
     with Timer() as t:
         tokens, info = generate(engine, "engine", ctx, name, target=target, draft=d if draft is None else draft(target),
                                 prompt=setup.prompt if prompt is None else prompt, kappa=setup.kappa,

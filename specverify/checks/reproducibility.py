@@ -103,7 +103,7 @@ def run(engine, ctx) -> list[CheckResult]:
         problem = problems.make("dirichlet", ctx.rng("problem", "chain", "dirichlet"))
         adapter = fresh(ctx, "law") if ctx.factory is not None else engine
         with Timer() as t:
-            samples = harness.run_seeded(adapter, problem, ctx.samples, ctx.rng("seeded-law"), ctx,
+            samples = harness.run_seeded(adapter, problem, ctx.samples, ctx.draws("seeded-law"), ctx,
                                          first_seed=int(rng.integers(1, 2**40)), what="seeded law")
         rows.append(sequence_gof("seeded.joint[dirichlet]", samples, onestep.law_of(problem, "chain", ctx), t.seconds, ctx))
     return rows

@@ -108,7 +108,7 @@ def generate(engine, level: str, ctx, what: str, **kw):
 
 def joint_row(engine, level, ctx, name: str, transform: Transform, n: int, seed_key: str) -> CheckResult:
     target, draft = harness.models(engine, SETUP, ctx)
-    seed = int(ctx.rng("runs", seed_key, level).integers(2**31))
+    seed = int(ctx.draws("runs", seed_key, level).integers(2**31))
     with Timer() as t:
         tokens, _ = generate(engine, level, ctx, name, target=target, draft=draft, prompt=SETUP.prompt,
                              kappa=SETUP.kappa, transform=transform, seed=seed, n=n, length=SETUP.length)

@@ -55,7 +55,7 @@ def register(sub) -> None:
 
 
 def table(result) -> str:
-    rows = [("check", "verdict", "statistic", "dof", "p-value", "n", "min TV")]
+    rows = [("check", "verdict", "statistic" if result.stop is None else "stat|log e", "dof", "p-value", "n", "min TV")]
     for c in result.checks:
         rows.append((c.name, c.verdict.upper() + (" (exact)" if c.exact else ""), fmt(c.statistic, ".2f"),
                      fmt(c.dof, "d"), fmt(c.p_value, ".3g"), str(c.n), fmt(c.min_detectable_tv, ".4f")))
@@ -67,9 +67,11 @@ def table(result) -> str:
     lines.append("")
     kind = f" ({result.deviation['text']})" if result.deviation else ""
     lines.append(f"{result.engine}: {result.verdict.upper()}{kind} -- {len(result.checks)} checks ({n_stat} statistical, "
-                 f"family-wise alpha {result.alpha:g} by Holm), seed {result.seed}, {result.seconds:.1f} s")
+                 f"{result.family()}), seed {result.seed}, {result.seconds:.1f} s")
     for c in failed:
         lines.append(f"  FAIL {c.name}: {c.detail}" + (f" (p = {c.p_value:.3g})" if c.p_value is not None else ""))
+    if result.stop is not None and result.stop.get("stopped_at"):
+        lines.append(f"  --fail-fast: stopped at {result.stop['stopped_at']}")
     if result.not_covered:
         lines.append("  not covered:")
         lines += [f"    {k}: {v}" for k, v in result.not_covered.items()]
@@ -92,6 +94,9 @@ def run(args) -> int:
         check_replaceable(args.report)
         check_writable(args.report, folder=True)
     given = given_from(args, "audit")
+    if given.get("fail_fast") and given.get("stop") != "decisive":
+        raise InputError("--fail-fast needs --stop decisive (with fixed budgets every statistical row is decided "
+                         "at the end, by Holm)")
     progress = Progress(quiet=args.quiet)
     try:
         result = prepare(args.engine, given, progress=progress, label=lambda name: spelled(name, "audit"),

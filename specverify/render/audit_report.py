@@ -133,7 +133,10 @@ def _engine_section(engine: str, results: list, images: _Images, bar) -> list:
     seeds = [r.get("seed") for r in results]
     blocks.append(Para(
         f"{verdict.upper()}: {len(primary.get('checks', []))} checks ({len(stat)} statistical), family-wise "
-        f"alpha {primary.get('alpha', 0):g} by Holm, {primary.get('samples', '?')} samples per problem; "
+        f"alpha {primary.get('alpha', 0):g} by "
+        + ("Holm" if "stop" not in primary else "Bonferroni over anytime-valid e-values (decisive, "
+           f"{primary['stop'].get('rounds')} rounds)")
+        + f", {primary.get('samples', '?')} samples per problem; "
         f"engine version {primary.get('engine_version')}; "
         + (f"{len(results)} seeded repeats (seeds {', '.join(map(str, seeds))})." if len(results) > 1
            else f"seed {seeds[0]}."), cls=f"verdict-{PASS if verdict == PASS else FAIL}"))
