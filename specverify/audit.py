@@ -320,7 +320,7 @@ def _run_decisive(engine, ctx: Context, names: list, extra, start: float, *, pow
         return name != EXTRA and battery.BY_NAME[name].scales
 
     family = names + ([EXTRA] if extra is not None else [])
-    order = sorted(family, key=lambda n: n != EXTRA and battery.BY_NAME[n].heavy)     # heavy checks last
+    order = sorted(family, key=lambda n: 0 if n == EXTRA else battery.BY_NAME[n].heavy)     # heavy checks last
     out = decisive.run(ctx, order, run_check, scales=scales, power_tv=power_tv, fail_fast=fail_fast)
     rows = [r for name in family for r in out.rows.get(name, ())]
     not_covered = {n: ran.not_covered[n] for n in names if n in ran.not_covered}

@@ -34,6 +34,7 @@ import pytest
 from specverify.format import fmt
 
 from specverify import settings as settings_mod
+from specverify.verdicts import PASS
 
 
 def pytest_addoption(parser):
@@ -79,9 +80,14 @@ class ExactnessGate:
     def assert_exact(self, engine, **overrides):
         """Fail the calling test, with a reproducible report, unless every check passes."""
         result = self.audit(engine, **overrides)
-        if result.verdict != "pass":
+        if result.verdict != PASS:
             pytest.fail(report(result), pytrace=False)
         return result
+
+
+def _g(x) -> str:
+    """A number of an e-process for a message ("inf" stays "inf")."""
+    return x if isinstance(x, str) else fmt(x, ".4g")
 
 
 def report(result) -> str:
@@ -93,6 +99,13 @@ def report(result) -> str:
     for c in failed:
         if c.exact:
             lines.append(f"  {c.name.ljust(width)}  exact failure: {c.detail}")
+        elif "sequential" in c.data:
+            seq = c.data["sequential"]
+            seen = (f"e-value exp({_g(seq.get('max_log_e'))}) >= {_g(seq.get('threshold_e'))} after {seq.get('looks')} "
+                    f"look(s), anytime p" if "threshold_e" in seq else
+                    f"at look {seq.get('looks')} (level {fmt(seq.get('level_this_look'), '.3g')}), p")
+            lines.append(f"  {c.name.ljust(width)}  {seen} = {fmt(c.p_value, '.3g')}, min detectable TV "
+                         f"{fmt(c.min_detectable_tv, '.4f')}, n = {c.n}")
         else:
             lines.append(f"  {c.name.ljust(width)}  statistic {fmt(c.statistic, '.4g')} (dof {fmt(c.dof, 'd')}), "
                          f"p = {fmt(c.p_value, '.3g')}, min detectable TV {fmt(c.min_detectable_tv, '.4f')}, n = {c.n}")
@@ -100,7 +113,9 @@ def report(result) -> str:
     spec = getattr(result, "spec", None)
     checks = s.get("checks")
     cmd = (f"specverify audit {spec} --seed {result.seed} --samples {result.samples} --alpha {result.alpha:g}"
-           + (f" --checks {','.join(checks)}" if checks else ""))
+           + (f" --checks {','.join(checks)}" if checks else "")
+           + (f" --stop decisive --power-tv {s.get('power_tv', 0.01):g}" + (" --fail-fast" if s.get("fail_fast") else "")
+              if s.get("stop") == "decisive" else ""))
     lines.append(f"reproduce: {cmd}" if spec else
                  f"reproduce: (give a module-level factory to get a command) {cmd.replace('None', '<engine>')}")
     return "\n".join(lines)

@@ -182,7 +182,8 @@ class Settings:
                              "chi-squared test) or decisive (rounds of doubling size, anytime-valid e-values, until "
                              "the row fails, or reaches --power-tv, or its budget: then it passes as inconclusive)",
                         default_text="fixed; the zoo and the pytest gate: decisive")
-    power_tv: float = setting(0.01, check=_tv, parse=float, metavar="TV", context=False,
+    power_tv: float = setting(0.01, check=_tv, parse=float, metavar="TV", context=False, door_default={"zoo": 0.05},
+                              default_text="0.01; the zoo: 0.05, which every mutant exceeds by far",
                               help="with --stop decisive: a row passes once it would catch a deviation of this total "
                                    "variation with probability 0.99")
     fail_fast: bool = setting(False, check=_flag, context=False, door_default={"zoo": True, "option": True},

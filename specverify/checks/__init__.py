@@ -43,8 +43,8 @@ class Check:
     fails_as: str | None = None     # the deviation kind of an audit where only this check failed
     rule_only: bool = False         # failing alone, with whole runs exact, says "another rule", not "biased"
     whole_run: bool = False         # its rows are whole-run laws (exact ones rule out a bias)
-    heavy: bool = False             # seconds even when it passes: a decisive audit runs it last, so
-                                    # --fail-fast reaches the cheap checks first
+    heavy: int = 0                  # seconds even when it passes: a decisive audit runs the heavy ones last,
+                                    # in this order (1 first), so --fail-fast reaches the cheap checks first
 
     @property
     def scales(self) -> bool:
@@ -73,10 +73,10 @@ TABLE = (
     Check("processors", WHOLE_RUN, "max(2000, samples // 20) whole runs per law row; exact rows of fixed size",
           processors.run, "procs"),
     Check("rank_agreement", EXACT, "exact rows of fixed size (world sizes x calls x requests); --samples unused",
-          rank_agreement.run, "ranks", fails_as=RANKS_DISAGREE, heavy=True),
+          rank_agreement.run, "ranks", fails_as=RANKS_DISAGREE, heavy=2),
     Check("large_vocab", REAL_VOCAB, "samples sized from the vocabulary (bytes of rows per problem) x "
-          "large_scale; --samples unused", large_vocab.run, "largeV", heavy=True),
-    Check("far_tail", REAL_VOCAB, "6400 draws x large_scale; --samples unused", far_tail.run, "ftail", heavy=True),
+          "large_scale; --samples unused", large_vocab.run, "largeV", heavy=3),
+    Check("far_tail", REAL_VOCAB, "6400 draws x large_scale; --samples unused", far_tail.run, "ftail", heavy=1),
     Check("hostile", EXACT, "exact rows on fixed hostile rows; --samples unused", hostile.run, "hostil"),
 )
 BY_NAME = {c.name: c for c in TABLE}

@@ -9,6 +9,7 @@ import sys
 from specverify.adapters.registry import described
 from specverify.format import fmt
 from specverify.settings import add_arguments, given_from, spelled
+from specverify.verdicts import PASS
 
 HELP = """\
 Audit a speculative-decoding implementation against the exact rules.
@@ -117,4 +118,4 @@ def run(args) -> int:
             report_progress.done()
     if not args.quiet and args.json != "-":
         print(table(result))
-    return 0 if result.verdict == "pass" else 1
+    return 0 if result.verdict == PASS else 1

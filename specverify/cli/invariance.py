@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from specverify.errors import InputError
+from specverify.verdicts import PASS
 
 HELP = """\
 Check that ops are batch-invariant: each row's result bitwise independent of the number of rows M in
@@ -98,4 +99,4 @@ def run(args) -> int:
             write_json(args.json, result.to_dict())
     if not args.quiet and args.json != "-":
         print(table(result, sizes))
-    return 0 if result.verdict == "pass" else 1
+    return 0 if result.verdict == PASS else 1

@@ -12,6 +12,7 @@ one), with the same settings, and print a matrix mutant x check:
 
   X  some row of the check failed      .  every row passed
   -  the check does not apply          s  skipped            E  the adapter errored
+  ~  not run: --fail-fast ended that audit at an earlier failing row (--no-fail-fast: the full matrix)
 
 followed by each audit's wall and CPU seconds and the seconds its fastest catching check needs on
 its own. --markdown writes the matrix as docs/zoo.md shows it (no timings).

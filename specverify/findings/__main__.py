@@ -12,6 +12,8 @@ import subprocess
 import sys
 import time
 
+from specverify.verdicts import FAILING
+
 from . import PLANS
 
 
@@ -53,7 +55,7 @@ def main(argv=None) -> int:
             print(f"specverify.findings: {exc}", file=sys.stderr)
             return 2
         folder = write(result, args.engines[0], args.out)
-        failed = [c.name for c in result.checks if c.verdict in ("fail", "error")]
+        failed = [c.name for c in result.checks if c.verdict in FAILING]
         print(f"{args.engines[0]} {result.engine_version}: {result.verdict.upper()} in {result.seconds:.0f} s, "
               f"{len(result.checks)} rows, {len(failed)} failing -> {folder}")
         return 0

@@ -276,7 +276,8 @@ def audit_matrix(results: list, by_family: bool = True) -> Matrix:
                   [r.get("verdict", worst(v)) for r, v in zip(results, verdict)])
 
 
-ZOO_SYMBOLS = {"X": FAIL, ".": PASS, "-": "", "s": SKIP, "E": ERROR, "W": WARN}
+NOT_RUN = "not run"     # a check --fail-fast did not reach (the zoo matrix's "~")
+ZOO_SYMBOLS = {"X": FAIL, ".": PASS, "-": "", "s": SKIP, "E": ERROR, "W": WARN, "~": NOT_RUN}
 
 
 def zoo_matrix(obj: dict) -> Matrix:

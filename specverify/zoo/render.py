@@ -7,7 +7,7 @@
                          without timings, leaving out checks that apply to no engine of the zoo
 
 Cells: X some row of the check failed, . every row passed, - the check does not apply, s skipped,
-E the adapter errored.
+E the adapter errored, ~ not run (--fail-fast ended that audit at an earlier failing row).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def _cells(result: dict):
 def readme_block(result: dict) -> str:
     """docs/zoo.md's zoo block, rendered from a zoo result (see the module docstring)."""
     checks, engines = _cells(result)
-    kept = [c for c in checks if any(row[c] != "-" for row, _ in engines.values())]
+    kept = [c for c in checks if any(row[c] not in ("-", "~") for row, _ in engines.values())]
     width = max(len(e) for e in engines)
     lines = ["```console", README_COMMAND, _matrix_line("", width, [SHORT.get(c, c) for c in kept]) + "  verdict"]
     for e, (row, verdict) in engines.items():

@@ -5,7 +5,8 @@ settings, in `jobs` worker processes (one audit per task; numba limited to one t
 that two workers share two cores), and returns a `ZooResult`:
 
     matrix[engine][check]   "X" some row of that check failed, "." every row passed, "-" no row
-                            applies (the engine lacks the capability), "s" skipped, "E" adapter error
+                            applies (the engine lacks the capability), "s" skipped, "E" adapter error,
+                            "~" not run (--fail-fast ended the audit at an earlier failing row)
     caught                  engine -> verdict == "fail" (for the reference: must be False)
     seconds, cpu_seconds    wall and CPU seconds of each audit
     catch_seconds[engine]   seconds the fastest catching check needs on its own
@@ -143,7 +144,9 @@ def tabulate(names, results, settings, wall) -> ZooResult:
         for check in BATTERY:
             rows = [c for c in audit["checks"] if c["check"] == check]
             verdict_set = {c["verdict"] for c in rows}
-            if not rows:
+            if not rows and "not run" in audit.get("not_covered", {}).get(check, ""):
+                row[check] = "~"                    # --fail-fast ended the audit before this check
+            elif not rows:
                 row[check] = "-"
             elif FAIL in verdict_set:
                 row[check] = "X"
