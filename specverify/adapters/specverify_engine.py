@@ -171,12 +171,13 @@ def decode_greedy(model, request, *, backend: str):
     requests admitted one per step (so launches mix prefills, plain decodes and verifies of every length,
     and later requests are admitted as earlier ones finish), request i capped at i % (kappa + 1) drafts
     a step. The comparison with plain decode is the harness's (`specverify.checks.bitwise`)."""
-    from specverify.adapters.bitwise_level import DIGESTS, NO_SPEC, GreedyResult, row_digest
+    from specverify.adapters.bitwise_level import DIGESTS, GreedyResult, row_digest
     from specverify.engine.api import RunOptions, SpecOptions, generate
     from specverify.engine.engine import SamplingParams
+    from specverify.engine.scheduler import spec_kappa
 
     spec, layout = request.spec, request.layout
-    kappa = 0 if spec.proposer == NO_SPEC else int(spec.kappa)
+    kappa = int(spec_kappa(spec.proposer, spec.kappa))
     n = len(request.prompts)
     caps = [i % (kappa + 1) if layout.ragged else None for i in range(n)]
     params = [SamplingParams(temperature=0.0, max_tokens=request.max_new_tokens, ignore_eos=True, kappa=c)
