@@ -250,7 +250,7 @@ def run_parallel(engine, ctx: Context, names: list, jobs: int, open_engine) -> l
 
 def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=None, extra=None, *,
               jobs: int = 1, open_engine=None, stop: str = "fixed", power_tv: float = 0.01,
-              fail_fast: bool = False) -> AuditResult:
+              fail_fast: bool = False, first_round: int = decisive.FIRST_ROUND) -> AuditResult:
     """Run the battery (or the named checks) against `engine`; never raises for a failing engine
     (an adapter that crashes, hangs or returns garbage raises AdapterError). `factory()` builds fresh
     adapters of the same engine for the seeded checks (else ctx.factory; None skips them).
@@ -260,14 +260,15 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
     state of its own (`AuditState`): two audits in one process share nothing.
     `stop="decisive"` samples each statistical row in rounds until its e-value decides it
     (`battery.decisive`; one check after another on `engine`, `jobs` unused); `fail_fast` then ends the
-    audit at its first failing row."""
+    audit at its first failing row; `first_round`: the samples of its first round (doubled each round)."""
     start = time.perf_counter()
     ctx = replace(ctx, state=AuditState())
     if factory is not None:
         ctx = replace(ctx, factory=factory)
     names = list(BATTERY if checks is None else checks)
     if stop == "decisive":
-        return _run_decisive(engine, ctx, names, extra, start, power_tv=power_tv, fail_fast=fail_fast)
+        return _run_decisive(engine, ctx, names, extra, start, power_tv=power_tv, fail_fast=fail_fast,
+                             first_round=first_round)
     if stop != "fixed":
         raise InputError(f"stop {stop!r}: must be one of {', '.join(settings_mod.STOPS)}")
     if jobs > 1 and open_engine is not None:
@@ -301,7 +302,7 @@ EXTRA = "probes"     # the decisive family's name for an engine's own rows (`run
 
 
 def _run_decisive(engine, ctx: Context, names: list, extra, start: float, *, power_tv: float,
-                  fail_fast: bool) -> AuditResult:
+                  fail_fast: bool, first_round: int) -> AuditResult:
     """`run_audit` with `stop="decisive"`: the checks (and an engine's own rows) in rounds."""
     ran = _Ran()
 
@@ -321,7 +322,8 @@ def _run_decisive(engine, ctx: Context, names: list, extra, start: float, *, pow
 
     family = names + ([EXTRA] if extra is not None else [])
     order = sorted(family, key=lambda n: 0 if n == EXTRA else battery.BY_NAME[n].heavy)     # heavy checks last
-    out = decisive.run(ctx, order, run_check, scales=scales, power_tv=power_tv, fail_fast=fail_fast)
+    out = decisive.run(ctx, order, run_check, scales=scales, power_tv=power_tv, fail_fast=fail_fast,
+                       first=first_round)
     rows = [r for name in family for r in out.rows.get(name, ())]
     not_covered = {n: ran.not_covered[n] for n in names if n in ran.not_covered}
     for name, why in out.not_covered.items():
@@ -336,7 +338,7 @@ def _run_decisive(engine, ctx: Context, names: list, extra, start: float, *, pow
                          seconds=time.perf_counter() - start, check_seconds={n: ran.seconds[n] for n in names if n in ran.seconds},
                          deviation=deviation_of(rows), not_covered=not_covered)
     result.stop = {"mode": "decisive", "power_tv": power_tv, "fail_fast": fail_fast, "rounds": out.rounds,
-                   "first_round": decisive.FIRST_ROUND, "stopped_at": out.stopped_at}
+                   "first_round": first_round, "stopped_at": out.stopped_at}
     return result
 
 

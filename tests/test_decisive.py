@@ -183,3 +183,20 @@ def test_stop_fixed_is_the_fixed_budget_audit(tmp_path):
         got.append([(r["name"], r["verdict"], r["statistic"], r["p_value"], r["n"]) for r in rows])
         assert "stop" not in json.loads(path.read_text())
     assert got[0] == got[1]
+
+
+@pytest.mark.slow
+def test_null_calibration_of_real_decisive_audits():
+    """1000 decisive audits of the exact reference (one-step checks, alpha 0.05, rounds of 250, 500,
+    1000, 2000 samples, each looked at): the family-wise false-alarm rate is <= alpha (a true 0.05 gives
+    more than 65 alarms with probability ~0.03)."""
+    from specverify.adapters.reference import ReferenceEngine
+    from specverify.audit import run_audit
+
+    alarms = 0
+    for seed in range(1000):
+        ctx = Context(seed=20_000 + seed, samples=2000, alpha=0.05)
+        result = run_audit(ReferenceEngine(), ctx, ["marginal", "joint", "acceptance"], stop="decisive",
+                           power_tv=0.001, first_round=250)
+        alarms += result.verdict == FAIL
+    assert alarms <= 65, alarms
