@@ -58,7 +58,7 @@ def test_every_setting_reaches_the_commands_it_declares(door, command):
             action = actions[spec.name]
             assert spec.cli_flag() in action.option_strings
             assert action.help == spec.help_at(door)
-            assert action.default == (None if door == "audit" else spec.default)
+            assert action.default == (None if door == "audit" else spec.default_at(door))
             if spec.choices:
                 assert tuple(action.choices) == tuple(spec.choices)
         else:
@@ -67,18 +67,24 @@ def test_every_setting_reaches_the_commands_it_declares(door, command):
 
 def test_every_setting_reaches_the_pytest_options_and_marker_it_declares():
     options = pytest_options()
-    assert set(options) == {f"--specverify-{s.name}" for s in settings.SPECS if s.at("option")}
+    assert set(options) == {f"--specverify-{s.cli_flag()[2:]}" for s in settings.SPECS if s.at("option")}
     assert set(settings.marker_keywords()) == {s.name for s in settings.SPECS if s.at("marker")}
-    assert settings.marker_keywords() == ("seed", "samples", "alpha", "timeout", "checks", "size")
+    assert settings.marker_keywords() == ("seed", "samples", "alpha", "timeout", "checks", "size", "stop", "power_tv",
+                                         "fail_fast")
     for name in settings.marker_keywords():
         assert f"{name}=None" in settings.marker_line()
 
 
 def test_the_doors_are_what_they_were():
-    """The same flags, options and keywords as before the settings were derived."""
-    assert {s.name for s in settings.at_door("audit")} == {"seed", "samples", "alpha", "timeout", "checks", "size"}
-    assert {s.name for s in settings.at_door("zoo")} == {"seed", "samples", "alpha"}
-    assert {s.name for s in settings.at_door("option")} == {"seed", "samples", "alpha", "timeout"}
+    """The same flags, options and keywords as before the settings were derived, and the three of the
+    decisive audits (issue 25) at every door."""
+    decisive = {"stop", "power_tv", "fail_fast"}
+    assert {s.name for s in settings.at_door("audit")} == {"seed", "samples", "alpha", "timeout", "checks", "size"} | decisive
+    assert {s.name for s in settings.at_door("zoo")} == {"seed", "samples", "alpha"} | decisive
+    assert {s.name for s in settings.at_door("option")} == {"seed", "samples", "alpha", "timeout"} | decisive
+    assert settings.door_defaults("zoo") == {"stop": "decisive", "power_tv": 0.05, "fail_fast": True}
+    assert settings.door_defaults("option") == {"stop": "decisive", "fail_fast": True}
+    assert settings.with_door_defaults({"stop": "fixed"}, "option") == {"stop": "fixed", "fail_fast": False}
     full = next(a for a in subparser("audit")._actions if "--full" in a.option_strings)
     assert (full.dest, full.const) == ("size", "full")
 
@@ -136,7 +142,7 @@ def test_an_unknown_marker_keyword_or_a_bad_value_is_one_clear_error():
     with pytest.raises(InputError) as err:
         settings.check_marker((), {"sample": 5})
     assert str(err.value) == ("@pytest.mark.specverify takes keyword settings seed, samples, alpha, timeout, checks, "
-                              "size, got 'sample'")
+                              "size, stop, power_tv, fail_fast, got 'sample'")
     with pytest.raises(InputError, match=r"takes keyword settings .* got 5"):
         settings.check_marker((5,), {})
     with pytest.raises(InputError) as err:
