@@ -13,9 +13,9 @@ import pytest
 from specverify.audit import prepare
 from specverify.battery.base import Context
 
-ENGINES = ("reference", "mutant:penalty-committed-only")
-CHECKS = ("marginal", "joint", "acceptance", "runs", "processors")
-SAMPLES = 4000
+ENGINES = ("reference", "mutant:coin-reused-for-residual")
+CHECKS = ("marginal", "joint", "acceptance", "runs")
+SAMPLES = 2000
 
 
 def rows(name: str) -> dict:
