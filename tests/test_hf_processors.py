@@ -99,6 +99,7 @@ class _FlagBias(hf_engine.TransformersAssisted):
             hf_engine.generate_kwargs = real
 
 
+@pytest.mark.slow      # heavy for CI's 25 minutes (measured 42-210 s); run with -m slow
 def test_penalty_then_bias_order_matches_the_reference_and_the_sequence_bias_flag_does_not():
     """Law of 1500 prompt-lookup runs with the repetition penalty on a biased prompt token, min_p, a
     banned sequence, T = 0.8, top-k 3 (alpha 1e-3, fixed seed; the flag variant fails exactly: it emits

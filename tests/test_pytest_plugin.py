@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "my_sampler.py"   # = the README's adapter (tests/test_docs.py)
 
 TEST_FILE = '''
@@ -75,6 +77,7 @@ def test_the_downstream_gate_passes_a_correct_sampler_and_fails_a_buggy_one(tmp_
     assert again.returncode == 1, again.stderr
 
 
+@pytest.mark.slow      # heavy for CI's 25 minutes (measured 42-210 s); run with -m slow
 def test_the_readme_adapter_passes_the_whole_battery(tmp_path):
     (tmp_path / "my_sampler.py").write_text(readme_adapter())
     proc = run(["-m", "specverify", "audit", "my_sampler.py:factory", "--samples", "3000", "--quiet"], tmp_path)
