@@ -108,6 +108,7 @@ def run(ctx, names, run_check, *, scales, power_tv: float, fail_fast: bool, firs
     latest: dict = {}                               # check -> [row names, in the latest round's order]
     pending = list(names)
     levels: dict = {}
+    late: dict = {}                                 # check -> rows first seen after round 0
     r = 0
     while pending and out.stopped_at is None:
         n_r = min(cap, first * 2 ** r)
@@ -128,6 +129,8 @@ def run(ctx, names, run_check, *, scales, power_tv: float, fail_fast: bool, firs
                 track = tracks.get(key)
                 if track is None:
                     if r > 0 or not _trackable(row):
+                        if r > 0 and _trackable(row):       # not in round 0's family: its exact part only
+                            late.setdefault(name, set()).add(row.name)
                         out.rows.setdefault(name, {})[row.name] = row
                         continue
                     track = tracks[key] = _new_track(name, row, levels[name], ctx, cap, n_r)
@@ -149,6 +152,9 @@ def run(ctx, names, run_check, *, scales, power_tv: float, fail_fast: bool, firs
                    and any(t.decision is None for (ch, _), t in tracks.items() if ch == c)]
         r += 1
     _finish(out, names, tracks, latest, power_tv, cap)
+    for name, rows in late.items():                 # said, never a silent skip
+        why = f"{len(rows)} row(s) first seen after round 0 were decided by their exact part only (not in the family)"
+        out.not_covered[name] = f"{out.not_covered[name]}; {why}" if name in out.not_covered else why
     return out
 
 
