@@ -81,6 +81,13 @@ def hf_folder() -> Path:
     folder = cache.root() / FOLDER
     if (folder / "config.json").exists():
         return folder
+    with cache.building(folder):
+        if (folder / "config.json").exists():      # built meanwhile by another process
+            return folder
+        return _build_hf_folder(folder)
+
+
+def _build_hf_folder(folder: Path) -> Path:
     from transformers.utils import logging
     logging.disable_progress_bar()          # no "Writing model shards" bar: library code prints nothing
     loaded = transformers_model()

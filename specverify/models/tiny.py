@@ -113,7 +113,9 @@ def build(folder, vocab: int, seed: int, *, draft_of=None, noise: float = DRAFT_
         return folder
     installed.load("transformers", "transformers")
     _quiet()
-    with TORCH_LOCK:
+    with cache.building(folder), TORCH_LOCK:
+        if stamp.exists() and json.loads(stamp.read_text()) == params:      # built meanwhile by another process
+            return folder
         return _build(folder, int(vocab), int(seed), draft_of, float(noise), int(extra_tokens), params)
 
 
