@@ -498,3 +498,16 @@ def test_worker_exits_when_the_audit_is_killed(tmp_path):
     while alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive(child)
+
+
+def test_an_in_process_handle_of_a_registered_name_can_be_rebuilt_elsewhere():
+    """An engine opened by name in this process keeps its name as its factory reference, so the rank
+    processes (`specverify.ranks`) can build it: without it, `--in-process` audits (and the zoo's)
+    skipped rank_agreement, and a rank mutant passed."""
+    handle = open_adapter("mutant:rank-own-generator", timeout=60, isolated=False)
+    try:
+        assert handle.factory_ref == ("name", "mutant:rank-own-generator")
+    finally:
+        handle.close()
+    instance = plain_handle(ReferenceEngine(), timeout=60)
+    assert instance.factory_ref is None          # an instance given as such cannot be rebuilt

@@ -149,6 +149,8 @@ class AdapterHandle:
         or None where it cannot: an adapter given as an instance, or a factory that cannot be sent."""
         if self.isolated:
             return self.backend.ref
+        if getattr(self.backend, "name", None) is not None:
+            return factory_ref(self.backend.name)
         if self.backend.factory is None:
             return None
         try:

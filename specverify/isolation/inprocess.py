@@ -87,6 +87,7 @@ class InProcess:
     """The adapters live in this process; calls run on a `Timed` thread of their own under the timeout."""
 
     def __init__(self, spec):
+        self.name = spec if isinstance(spec, str) else None     # a registered name rebuilds it anywhere
         if isinstance(spec, str):
             from specverify.adapters.registry import factory
             self.factory, self.first = factory(spec), None
