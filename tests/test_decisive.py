@@ -200,3 +200,25 @@ def test_null_calibration_of_real_decisive_audits():
                            power_tv=0.001, first_round=250)
         alarms += result.verdict == FAIL
     assert alarms <= 65, alarms
+
+
+def test_far_tail_stops_its_draws_early_only_when_its_row_rejects():
+    """far_tail does not scale with --samples, but a decisive audit stops its draws once the row's rate
+    e-process rejects (a float32 cumulative sum never draws the tail: rejected long before the plan);
+    the track rejects at the same n, and the draws are the fixed audit's first ones. An exact sampler
+    draws the whole plan. large_scale 0.5: a plan of 3200 draws."""
+    from specverify.adapters.reference import ReferenceEngine
+    from specverify.audit import run_audit
+    from specverify.zoo import make
+
+    def tail_row(result):
+        return next(r for r in result.checks if r.name.startswith("chain.far_tail[") or r.name.startswith("far_tail["))
+
+    ctx = Context(seed=3, alpha=1e-3, large_scale=0.5)
+    bad = tail_row(run_audit(make("fp32-cumsum-draw"), ctx, ["far_tail"], stop="decisive", power_tv=0.05))
+    assert bad.verdict == FAIL and bad.data["sequential"]["decision"] == stats.REJECTED
+    assert bad.n < 3200 and bad.n % 800 == 0 and bad.data["n_target"] == 3200 and bad.data["tail_hits"] == 0
+    good = tail_row(run_audit(ReferenceEngine(), ctx, ["far_tail"], stop="decisive", power_tv=0.05))
+    fixed = tail_row(run_audit(ReferenceEngine(), ctx, ["far_tail"]))
+    assert good.verdict == PASS and good.n == fixed.n == 3200
+    assert good.data["tail_hits"] == fixed.data["tail_hits"]

@@ -99,6 +99,9 @@ class Context:
                                     # (greedy bitwise) then runs them side by side
     round: int = 0                  # the sampling round of a decisive audit (`battery.decisive`): salts the
                                     # seeds of the draws (`draws`), never those of problems and laws
+    check_level: float | None = None    # a decisive audit's alpha share of one check (alpha / checks run):
+                                    # a check whose rows stop their own draws early (far_tail) divides it by
+                                    # its statistical rows; None in a fixed audit (draw the whole budget)
     state: AuditState = field(default_factory=AuditState, compare=False, repr=False)
 
     def rng(self, *key) -> np.random.Generator:

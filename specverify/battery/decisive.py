@@ -34,6 +34,11 @@ Decisions (`row.data["sequential"]["decision"]`):
     STOPPED       --fail-fast ended the audit before this row decided: SKIP, listed under `not_covered`
 
 Exact rows decide on their own in the round that produced them (an impossible token fails in any round).
+
+A check whose budget does not follow `--samples` may still stop its own draws early, in round 0: it is
+given its share of alpha (`Context.check_level` = alpha / C), builds the same e-process its row's track
+will (level alpha / (C m_c), mixture tuned for its planned n, stated as `data["n_target"]`) and stops
+drawing when that crosses its threshold; the track then rejects the row at the n drawn (`far_tail`).
 """
 
 from __future__ import annotations
@@ -112,7 +117,8 @@ def run(ctx, names, run_check, *, scales, power_tv: float, fail_fast: bool, firs
     r = 0
     while pending and out.stopped_at is None:
         n_r = min(cap, first * 2 ** r)
-        ctx_r = replace(ctx, samples=n_r, round=r, state=ctx.state if r == 0 else ctx.state.job())
+        ctx_r = replace(ctx, samples=n_r, round=r, state=ctx.state if r == 0 else ctx.state.job(),
+                        check_level=ctx.alpha / len(names))
         out.contexts.append(ctx_r)
         ctx.say(f"round {r}: {n_r} samples, {len(pending)} check(s) to decide ({', '.join(pending)})")
         for name in pending:
@@ -133,7 +139,7 @@ def run(ctx, names, run_check, *, scales, power_tv: float, fail_fast: bool, firs
                             late.setdefault(name, set()).add(row.name)
                         out.rows.setdefault(name, {})[row.name] = row
                         continue
-                    track = tracks[key] = _new_track(name, row, levels[name], ctx, cap, n_r)
+                    track = tracks[key] = _new_track(name, row, levels[name], ctx, cap if scales(name) else n_r, n_r)
                 _update(track, row, r, ctx, scales(name), power_tv)
             out.rows.setdefault(name, {})
             for key, row in failed_exact.items():
@@ -159,8 +165,10 @@ def run(ctx, names, run_check, *, scales, power_tv: float, fail_fast: bool, firs
 
 
 def _new_track(name, row, level, ctx, cap, n_r) -> _Track:
+    """The track of a row first seen in round 0; its mixture is tuned for the n the row can reach: its
+    own `data["n_target"]` where it drew less than planned (stopped early), else scaled to the cap."""
     ev = _evidence(row)
-    n_target = max(1, int(row.n * cap / max(n_r, 1)))
+    n_target = int((row.data or {}).get("n_target") or max(1, int(row.n * cap / max(n_r, 1))))
     if ev is None:
         return _Track(name, level, "p-value")
     if ev[0] == "multinomial":

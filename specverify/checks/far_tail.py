@@ -18,11 +18,19 @@ beats a head id only when that head id's own noise exceeds ~5: 1.1e-4 tail hits 
 increment is below half an ulp of 0.997), so the tail is never drawn. The row's stated
 `min_detectable_tv` is the smallest |rate - m| it detects with power 0.99 at its level.
 
+Decisive audits (`--stop decisive`): the draws come in chunks of FAR_TAIL_CHUNK and stop as soon as the
+row's rate e-process (`battery.decisive`: level `ctx.check_level` / 1, mixture tuned for the planned
+n, `data["n_target"]`) rejects; an exact sampler still draws all of them. The chunks are whole verify
+batches, so the draws are the fixed audit's first ones.
+
 Budget (`--samples`): 6400 draws x large_scale; --samples unused.
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 
 from specverify import stats
 from specverify.reference import rules
@@ -30,6 +38,27 @@ from specverify.reference import rules
 from ..battery import large_problems as lp
 from ..battery.base import FAIL, PASS, CheckResult, Timer
 from .large_vocab import STOCHASTIC, ids_row, sample
+
+FAR_TAIL_CHUNK = 800        # draws between looks in a decisive audit (25 batches of 32 rows)
+
+
+def draw(engine, method, problem, planned: int, rng, ctx, m: float) -> np.ndarray:
+    """The far-tail draws: all `planned` at once in a fixed audit; in a decisive one, chunk by chunk
+    until the row's e-process rejects (module docstring) or the plan is drawn."""
+    if ctx.check_level is None:
+        return sample(engine, method, problem, planned, rng, ctx)
+    process = stats.RateEProcess(m, "two", n_target=planned, alpha=ctx.check_level, power=ctx.power)
+    threshold = math.log(1.0 / ctx.check_level)
+    chunks, drawn = [], 0
+    while drawn < planned:
+        chunk = sample(engine, method, problem, min(FAR_TAIL_CHUNK, planned - drawn), rng, ctx)
+        chunks.append(chunk)
+        drawn += chunk.shape[0]
+        if ((chunk < -1) | (chunk >= problem.vocab_size)).any():
+            break                                   # the exact row fails on it: no need to draw on
+        if process.update(int((chunk[:, 0] >= lp.HEAD_TOKENS).sum()), chunk.shape[0]).max_log_e >= threshold:
+            break
+    return np.concatenate(chunks)
 
 
 def run(engine, ctx) -> list[CheckResult]:
@@ -42,9 +71,10 @@ def run(engine, ctx) -> list[CheckResult]:
         if lp.too_large(problem.vocab_size, ctx):
             rows.append(lp.not_run(f"{rule.name}.far_tail[{problem.name}]", problem.vocab_size, ctx.large_max_vocab))
             continue
-        n = lp.scaled(lp.FAR_TAIL_SAMPLES, ctx.large_scale)
+        planned = lp.scaled(lp.FAR_TAIL_SAMPLES, ctx.large_scale)
         with Timer() as t:
-            out = sample(engine, rule.method, problem, n, ctx.rng("far_tail", rule.name), ctx)
+            out = draw(engine, rule.method, problem, planned, ctx.rng("far_tail", rule.name), ctx, m)
+        n = out.shape[0]
         ids = ids_row(f"{rule.name}.far_tail_ids[{problem.name}]", out, problem.laws, problem.vocab_size, t.seconds)
         rows.append(ids)
         if ids.verdict == FAIL:
@@ -57,7 +87,8 @@ def run(engine, ctx) -> list[CheckResult]:
             seconds=t.seconds,
             detail=f"{hits} of {n} tokens in the tail of {problem.vocab_size - lp.HEAD_TOKENS} ids of "
                    f"{lp.TAIL_PROB:g} each; expected {n * m:.1f} (rate {m:.3g}); a tail never drawn has p = {never:.1g}",
-            data={"tail_hits": hits, "tail_mass": m, "expected_hits": n * m, "p_value_if_never_drawn": never},
+            data={"tail_hits": hits, "tail_mass": m, "expected_hits": n * m, "p_value_if_never_drawn": never,
+                  "n_target": planned},
             power_fn=lambda level, n=n, k=hits: stats.binomial_test(k, n, m, alpha=level, power=ctx.power).min_detectable_diff))
     ctx.state.buffers.pop("_large_vocab_rows", None)    # the row buffer is not kept past the check
     return rows
