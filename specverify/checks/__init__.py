@@ -45,6 +45,8 @@ class Check:
     whole_run: bool = False         # its rows are whole-run laws (exact ones rule out a bias)
     heavy: int = 0                  # seconds even when it passes: a decisive audit runs the heavy ones last,
                                     # in this order (1 first), so --fail-fast reaches the cheap checks first
+                                    # (rank_agreement ~1 s once the rank server is up, then far_tail ~6 s,
+                                    # then large_vocab)
 
     @property
     def scales(self) -> bool:
@@ -73,10 +75,10 @@ TABLE = (
     Check("processors", WHOLE_RUN, "max(2000, samples // 20) whole runs per law row; exact rows of fixed size",
           processors.run, "procs"),
     Check("rank_agreement", EXACT, "exact rows of fixed size (world sizes x calls x requests); --samples unused",
-          rank_agreement.run, "ranks", fails_as=RANKS_DISAGREE, heavy=2),
+          rank_agreement.run, "ranks", fails_as=RANKS_DISAGREE, heavy=1),
     Check("large_vocab", REAL_VOCAB, "samples sized from the vocabulary (bytes of rows per problem) x "
           "large_scale; --samples unused", large_vocab.run, "largeV", heavy=3),
-    Check("far_tail", REAL_VOCAB, "6400 draws x large_scale; --samples unused", far_tail.run, "ftail", heavy=1),
+    Check("far_tail", REAL_VOCAB, "6400 draws x large_scale; --samples unused", far_tail.run, "ftail", heavy=2),
     Check("hostile", EXACT, "exact rows on fixed hostile rows; --samples unused", hostile.run, "hostil"),
 )
 BY_NAME = {c.name: c for c in TABLE}
