@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from specverify.audit import BATTERY
@@ -111,3 +112,33 @@ def test_the_readme_block_of_a_zoo_run_equals_that_of_its_report():
                                 "transf", "ident", "procs", "ranks", "largeV", "ftail", "hostil", "verdict"]
     assert lines[5].split() == ["mutant:engine-b"] + ["-"] * 8 + ["X", "-", "."] + ["-"] * 5 + ["FAIL"]
     assert lines[-2] == "zoo: FAILED -- reference PASS, 1/2 mutants caught (missed: mutant:a)"
+
+
+def test_the_compiled_fp32_cumsum_mutant_is_numpys_float32_cumsum_draw():
+    """fp32-cumsum-draw is compiled (its far_tail audit passes 2 MB rows); its tokens are those of the
+    numpy statement of the bug it models: a sequential float32 np.cumsum and #{cdf <= coin * total},
+    at the coin endpoints and with zero weights and an all-zero end."""
+    from specverify.battery import large_problems as lp
+    from specverify.zoo.precision import Fp32CumsumDraw
+
+    def numpy_statement(w, coin):
+        cdf = np.cumsum(w.astype(np.float32), axis=1)
+        token = (cdf <= (coin * cdf[:, -1].astype(np.float64))[:, None]).sum(axis=1)
+        past = token == w.shape[1]
+        token[past] = w.shape[1] - 1 - np.argmax((w[past] > 0)[:, ::-1], axis=1)
+        return token
+
+    rng = np.random.default_rng(0)
+    mutant = Fp32CumsumDraw()
+    for vocab in (5, 64, 1000, 4096):
+        for trial in range(3):
+            w = rng.dirichlet(np.full(vocab, 0.3), size=16)
+            w[:, rng.integers(0, vocab, 3)] = 0
+            if trial == 2:
+                w[:, -vocab // 3:] = 0
+            coin = rng.random(16)
+            coin[0], coin[1] = 0.0, np.nextafter(1.0, 0)
+            assert (mutant.draw(w, coin) == numpy_statement(w, coin)).all()
+    tail = np.repeat(lp.far_tail().target, 8, axis=0)
+    coin = rng.random(8)
+    assert (mutant.draw(tail, coin) == numpy_statement(tail, coin)).all()

@@ -27,12 +27,37 @@ class Fp32CumsumDraw(VectorSampler):
     the top-p sum moved to double precision for large vocabularies (guoqingbao/attention.rs#9)."""
 
     def draw(self, w, coin):
-        cdf = np.cumsum(w.astype(np.float32), axis=1)         # sequential float32 accumulation
-        token = (cdf <= (coin * cdf[:, -1].astype(np.float64))[:, None]).sum(axis=1)
-        past = token == w.shape[1]
-        if past.any():
-            token[past] = w.shape[1] - 1 - np.argmax((w[past] > 0)[:, ::-1], axis=1)
+        # token = #{k : cdf[k] <= coin * cdf[-1]}, cdf the sequential float32 cumulative sum of the row
+        # cast to float32 (np.cumsum's order); compiled, so that its far_tail audit is not 4 passes over
+        # every 2 MB row
+        w = np.ascontiguousarray(w, np.float64)
+        coin = np.ascontiguousarray(np.broadcast_to(coin, (w.shape[0],)), np.float64)
+        token = np.empty(w.shape[0], np.int64)
+        _cumsum_fp32_draw(w, coin, token)
         return token
+
+
+@numba.njit(cache=True)
+def _cumsum_fp32_draw(w, coin, out):
+    n, v = w.shape
+    for i in range(n):
+        total = np.float32(0.0)
+        for k in range(v):
+            total = np.float32(total + np.float32(w[i, k]))
+        t = coin[i] * np.float64(total)
+        c = np.float32(0.0)
+        token = 0
+        for k in range(v):
+            c = np.float32(c + np.float32(w[i, k]))
+            if np.float64(c) <= t:
+                token += 1
+        if token == v:                          # past the end: the last positive weight
+            token = v - 1
+            for k in range(v - 1, -1, -1):
+                if w[i, k] > 0:
+                    token = k
+                    break
+        out[i] = token
 
 
 @numba.njit(cache=True)
