@@ -1,4 +1,4 @@
-"""The harness's drafters on the bitwise level (`checks.drafted`): the oracle's full verify chunks
+"""The harness's drafters on the bitwise level (`battery.drafted`): the oracle's full verify chunks
 (`verify.width`) and the adversarial drafter's rollbacks (`rollback[j]`) pass on our engine (tiny random
 Llama, invariant backend) and catch, localised to the step and chunk position, a verify pass that
 computes one chunk position another way and a rollback that keeps one rejected K/V entry."""
@@ -9,7 +9,8 @@ from specverify.adapters.bitwise_level import (ADVERSARIAL, ORACLE, STEPS, SUBJE
                                                Spec, check_info, check_request, drafted_tokens, wrong_token)
 from specverify.adapters.specverify_engine import backend_available, decode_greedy
 from specverify.audit import Context
-from specverify.checks import bitwise, drafted
+from specverify.battery import drafted
+from specverify.checks import bitwise
 from specverify.engine.engine import Engine
 from specverify.engine.model import random_llama
 from specverify.errors import AdapterError, InputError

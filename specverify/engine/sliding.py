@@ -21,8 +21,9 @@ at most c = kappa + 1 tokens: a step at start s writing c positions overwrites t
 < s + c - R, and the earliest position the next step can still read is s + 1 - W + 1 (after a rejection
 of every draft), so nothing the next window reads was overwritten by a rejected draft. The ring holds
 R = W + MAX_CHUNK - 2 slots (kappa <= MAX_CHUNK - 1); a launch with a wider verify chunk is an error.
-A ring sized for plain decode (R = W - 1, `zoo` mutant `PlainDecodeRing`) passes every run whose drafts
-are all accepted and is wrong after a rejection: the rejected drafts overwrote keys the window reads.
+A ring sized for plain decode (R = W - 1) passes every run whose drafts
+are all accepted and is wrong after a rejection: the rejected drafts overwrote keys the window reads
+(`zoo.our_engine.PlainDecodeRing`).
 """
 
 from __future__ import annotations
@@ -99,6 +100,8 @@ class SlidingLlama(Llama):
     """A Llama whose every layer attends to the last `window` positions, over a `RingKVCache` of
     `ring_len` slots per request (default `ring_length(window)`)."""
 
+    check_chunks = True      # refuse verify chunks wider than the ring rolls back exactly
+
     def __init__(self, config: LlamaConfig, tok_embeddings, layers, norm, backend="default", n_layers=None,
                  name="sliding-llama", head=None, *, window: int, ring_len: int | None = None):
         super().__init__(config, tok_embeddings, layers, norm, backend, n_layers, name, head)
@@ -127,24 +130,23 @@ class SlidingLlama(Llama):
         key counts [T], and the rows whose K/V are stored (each request's last ring_len positions)."""
         W, R = self.window, self.ring_len
         pos = batch.positions.numpy()                                           # [T]
-        cu = batch.cu_seqlens_q.numpy()
-        n_ring_slots = cache.num_blocks * R
-        index = np.zeros((pos.shape[0], W), np.int64)
+        cu = batch.cu_seqlens_q.numpy().astype(np.int64)
+        n_q = np.diff(cu)                                                       # [B] tokens per request
+        if self.check_chunks and max(batch.n_logits) > R - W + 2:
+            raise InputError(f"a verify chunk of {max(batch.n_logits)} tokens: the ring of {R} slots "
+                             f"(window {W}) rolls back exactly up to {R - W + 2} (kappa <= {R - W + 1})")
+        req = np.repeat(np.arange(batch.batch_size), n_q)                       # [T] request of each token
+        r0 = cu[:-1][req]                                                       # [T] its first row
+        start = pos[r0]                                                         # [T] its first new position
+        ring = batch.block_tables.numpy()[req, 0].astype(np.int64)              # [T]
         n_keys = np.minimum(W, pos + 1).astype(np.int32)                        # [T]
-        store = np.zeros(pos.shape[0], bool)
-        for b in range(batch.batch_size):
-            r0, r1 = int(cu[b]), int(cu[b + 1])
-            if r1 == r0:
-                continue
-            if batch.n_logits[b] > R - W + 2:
-                raise InputError(f"a verify chunk of {batch.n_logits[b]} tokens: the ring of {R} slots "
-                                 f"(window {W}) rolls back exactly up to {R - W + 2} (kappa <= {R - W + 1})")
-            ring, start = int(batch.block_tables[b, 0]), int(pos[r0])
-            for t in range(r0, r1):
-                keys = np.arange(pos[t] - n_keys[t] + 1, pos[t] + 1)            # key positions, in order
-                fresh = keys >= start
-                index[t, :n_keys[t]] = np.where(fresh, n_ring_slots + r0 + (keys - start), ring * R + keys % R)
-            store[max(r0, r1 - R):r1] = True
+        keys = pos[:, None] - n_keys[:, None] + 1 + np.arange(W)[None, :]      # [T, W] key positions, in order
+        valid = np.arange(W)[None, :] < n_keys[:, None]
+        keys = np.where(valid, keys, pos[:, None])                              # padding: never read
+        index = np.where(keys >= start[:, None], cache.num_blocks * R + r0[:, None] + (keys - start[:, None]),
+                         ring[:, None] * R + keys % R)
+        last = (cu[1:] - 1)[req]                                                # [T] the request's last row
+        store = np.arange(pos.shape[0]) > last - R                              # its last R new positions
         return torch.from_numpy(index), torch.from_numpy(n_keys), torch.from_numpy(np.flatnonzero(store))
 
     @torch.inference_mode()

@@ -31,8 +31,8 @@ import numpy as np
 from specverify.adapters.bitwise_level import (ADVERSARIAL, DIGESTS, ORACLE, ROWS, STEPS, GreedyRequest, Layout, Spec,
                                                check_result, digests_of)
 
-from ..battery.base import FAIL, PASS, WARN, CheckResult, Timer
-from ..battery.harness import invoke
+from .base import FAIL, PASS, WARN, CheckResult, Timer
+from .harness import invoke
 
 PROMPTS = 4                  # prompts per drafted run (the first of the bitwise check's prompts)
 TOKENS = 64                  # tokens per drafted run at most (runs must cross windows and KV blocks)
@@ -112,7 +112,7 @@ class _Drafted:
         return out
 
     def _divergence(self, spec, i, tokens, digests, steps) -> dict:
-        from .bitwise import classify
+        from specverify.checks.bitwise import classify
         bt = self.base_tokens[i]
         tok_j = next((j for j, (x, y) in enumerate(zip(bt, tokens)) if x != y), None)
         log_j = None if digests is None else next(
