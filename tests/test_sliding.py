@@ -115,8 +115,9 @@ def test_a_ring_sized_for_plain_decode_fails_rollback_not_verify_width():
 def test_a_verify_chunk_wider_than_the_ring_allows_is_refused():
     model = sliding(ring_len=W + 1)                  # exact up to chunks of 3 tokens (kappa 2)
     with pytest.raises(InputError, match="rolls back exactly up to 3"):
-        generate(model, None, [[1, 2, 3, 1, 2, 3]], sampling=SamplingParams(max_tokens=8, ignore_eos=True),
-                 spec=SpecOptions("ngram", kappa=3), run=RunOptions(backend="invariant"))
+        generate(model, None, [[1, 2, 3]], sampling=SamplingParams(max_tokens=8, ignore_eos=True),
+                 spec=SpecOptions("external", kappa=3, drafts_of=lambda rid, n, k: [1] * k),
+                 run=RunOptions(backend="invariant"))
 
 
 @pytest.mark.slow
