@@ -160,3 +160,22 @@ def test_the_family_through_its_adapter_and_the_ring_mutant():
     label = "tiny-sliding(W=8),invariant"
     assert bad[f"verify.width[{label}]"].verdict == "pass"
     assert all(bad[f"rollback[{label},j={j}]"].verdict == "fail" for j in range(3))
+
+
+@pytest.mark.slow
+def test_the_family_run_laws_on_our_engine():
+    """Runs of 3 tokens at temperature 1 with the family's draft model (kappa 2), from prompts that put the
+    window's edge at output 0, 1, 2 and the ring's wrap at output 0, against the float64 law: every row
+    passes at alpha 0.01 (fixed seeds; 4 rows, so a correct engine fails one with probability <= 0.04 over
+    seeds; each row detects TV >= ~0.15 with probability 0.99 at n = 600)."""
+    from specverify.battery.window_laws import edge_prompts, run_rows
+    from specverify.engine.sliding import load_sliding
+    from specverify.models import sliding as family
+
+    target, draft = family.pair_folders(None, vocab=4, seed=5, window=W)
+    law = family.tabulated(target)
+    prompts = edge_prompts(W, 3, ring_length(W), 4)
+    assert [len(p) for p in prompts] == [6, 7, 8, ring_length(W)]
+    rows = run_rows(load_sliding(target), load_sliding(draft), law, prompts, n=600, length=3, kappa=2)
+    assert all(r.verdict == "pass" for r in rows), [(r.name, r.detail) for r in rows]
+    assert all(r.min_detectable_tv < 0.2 for r in rows)

@@ -37,7 +37,7 @@ def edge_prompts(window: int, length: int, ring_len: int, vocab: int, seed: int 
 
 
 def run_rows(target, draft, law, prompts, *, n: int, length: int, kappa: int, temperature: float = 1.0,
-             seed: int = 0, backend: str = "default", label: str = "sliding") -> list[CheckResult]:
+             seed: int = 0, backend: str = "invariant", label: str = "sliding") -> list[CheckResult]:
     """One row per prompt: n runs of `length` tokens of our engine with `target` and draft model `draft`
     (engine models), `kappa` drafts a step, against `law` (the target's float64 TabulatedModel)."""
     from specverify.engine.api import RunOptions, SpecOptions, generate
