@@ -167,7 +167,7 @@ def test_the_family_run_laws_on_our_engine():
     """Runs of 3 tokens at temperature 1 with the family's draft model (kappa 2), from prompts that put the
     window's edge at output 0, 1, 2 and the ring's wrap at output 0, against the float64 law: every row
     passes at alpha 0.01 (fixed seeds; 4 rows, so a correct engine fails one with probability <= 0.04 over
-    seeds; each row detects TV >= ~0.15 with probability 0.99 at n = 600)."""
+    seeds; each row detects TV >= ~0.15 with probability 0.99 at n = 600), and the planted ring bug fails one."""
     from specverify.battery.window_laws import edge_prompts, run_rows
     from specverify.engine.sliding import load_sliding
     from specverify.models import sliding as family
@@ -179,3 +179,8 @@ def test_the_family_run_laws_on_our_engine():
     rows = run_rows(load_sliding(target), load_sliding(draft), law, prompts, n=600, length=3, kappa=2)
     assert all(r.verdict == "pass" for r in rows), [(r.name, r.detail) for r in rows]
     assert all(r.min_detectable_tv < 0.2 for r in rows)
+    # the ring sized for plain decode: the prompt of 7 (window edge at output 1) row fails (measured p ~ 1e-5,
+    # below alpha / 4 too); the others stay near their law at this n
+    from specverify.zoo.our_engine import plain_decode_ring
+    bad = run_rows(plain_decode_ring(target), plain_decode_ring(draft), law, prompts, n=600, length=3, kappa=2)
+    assert any(r.verdict == "fail" and r.p_value < 0.01 / 4 for r in bad), [(r.name, r.detail) for r in bad]
