@@ -248,8 +248,12 @@ def test_sampling_is_one_params_or_one_per_prompt():
 def test_proposer_table():
     """Every proposer a SpecOptions may name is one entry of the table, with its capability."""
     from specverify.engine.api import PROPOSERS, SPECS
-    assert SPECS == tuple(PROPOSERS) == ("none", "ngram", "draft", "uniform", "skewed")
+    assert SPECS == tuple(PROPOSERS) == ("none", "ngram", "draft", "uniform", "skewed", "external")
     assert all(e.name == n and e.capability for n, e in PROPOSERS.items())
     assert [n for n, e in PROPOSERS.items() if e.draft_model] == ["draft"]
     with pytest.raises(InputError, match="unknown spec"):
         SpecOptions("eagle")
+    with pytest.raises(InputError, match="needs drafts_of"):
+        SpecOptions("external")
+    with pytest.raises(InputError, match="only it takes one"):
+        SpecOptions("ngram", drafts_of=lambda rid, n, k: [])

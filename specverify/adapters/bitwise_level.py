@@ -30,6 +30,27 @@ as the engine computed it: not converted) it was chosen as the argmax of; `diges
 `row_digest` of that row. An adapter asked for DIGESTS may return rows instead (the harness digests
 them); one that cannot expose rows returns neither, and the comparison is then on token ids only
 (the row says so).
+
+Drafters the harness drives (`BitwiseInfo.drafted`: an adapter that takes external drafts offers
+them). The request then carries, per prompt, the baseline's greedy tokens (`GreedyRequest.drafts`,
+max_new_tokens ids), and at every verify step the adapter's engine proposes `drafted_tokens(request,
+i, n, k, V)`: the k tokens that follow the n already emitted, as the drafts --
+
+    ORACLE        the target's own greedy tokens: every draft is accepted, so every verify step is a
+                  full kappa + 1 chunk, and its rows must equal plain decode's (`verify.width`);
+    ADVERSARIAL   the same with the draft at chunk position j = `Spec.wrong_at` replaced by
+                  `wrong_token` ((t + 1) mod V, never the greedy token): each step accepts exactly j
+                  drafts, emits the target's own token at position j and must roll back the state of
+                  positions j .. k-1 exactly (`rollback[j]`).
+
+Worked example: baseline continuation (8, 8, 3, 5, 1) of prompt 0, kappa 3. After the prefill has
+emitted 8 (n = 1), the oracle proposes (8, 3, 5); the engine accepts all three and emits (8, 3, 5, 1)
+from one 4-row verify chunk. The adversarial drafter with j = 1 proposes (8, 4, 5): 8 is accepted,
+4 is rejected, the engine emits (8, 3) and must forget the K/V (or recurrent state) of 4 and 5; the
+next step, at n = 3, proposes (5, 2) (k capped by the tokens left). An adapter may report, per prompt,
+the tokens emitted at each step in `GreedyResult.info[STEPS]` (a list of lists of ints): the harness
+then names the verify step and chunk position of a first difference, and checks that every step took
+the width the drafter forces.
 """
 
 from __future__ import annotations
@@ -49,6 +70,9 @@ ROLES = (SUBJECT, NEGATIVE_CONTROL)
 BATCH, RAGGED = "batch", "ragged"   # BitwiseInfo.layouts: beyond batch 1, what the adapter can lay out
 LAYOUT_KINDS = (BATCH, RAGGED)
 DIGEST_BYTES = 16
+ORACLE, ADVERSARIAL = "oracle", "adversarial"   # the harness-driven drafters (module docstring)
+DRAFTED = (ORACLE, ADVERSARIAL)
+STEPS = "emitted_per_step"        # GreedyResult.info key: per prompt, the tokens emitted at each step
 
 
 def row_digest(row) -> bytes:
@@ -63,9 +87,13 @@ class Spec:
 
     proposer: str = NO_SPEC
     kappa: int = 0
+    wrong_at: int | None = None      # ADVERSARIAL only: the chunk position of the wrong draft, 0 .. kappa-1
 
     def __str__(self):
-        return "plain" if self.proposer == NO_SPEC else f"{self.proposer},kappa={self.kappa}"
+        if self.proposer == NO_SPEC:
+            return "plain"
+        at = "" if self.wrong_at is None else f"[j={self.wrong_at}]"
+        return f"{self.proposer}{at},kappa={self.kappa}"
 
 
 @dataclass(frozen=True)
@@ -91,6 +119,8 @@ class GreedyRequest:
     layout: Layout = Layout()
     variant: str | None = None       # one of BitwiseInfo.variants (None: the adapter's only one)
     logits: str = DIGESTS            # ROWS or DIGESTS: what to return for each decided row
+    drafts: tuple | None = None      # ORACLE / ADVERSARIAL only: per prompt, the baseline's max_new_tokens
+                                     # greedy ids the drafter proposes from (`drafted_tokens`)
 
 
 @dataclass
@@ -113,6 +143,7 @@ class BitwiseInfo:
     variants: dict = field(default_factory=lambda: {None: SUBJECT})   # name -> SUBJECT or NEGATIVE_CONTROL
     prompts: tuple = ()              # optional: its own prompts (token ids), used first
     note: str | None = None          # shown in every row (e.g. "real model not installed")
+    drafted: tuple = ()              # which of DRAFTED it takes (needs external drafts in its engine)
 
 
 def check_info(info, what: str) -> BitwiseInfo:
@@ -128,6 +159,9 @@ def check_info(info, what: str) -> BitwiseInfo:
     bad = [f"{k}={v}" for k, v in info.variants.items() if v not in ROLES]
     if bad or not info.variants:
         raise AdapterError(f"{what}: variants must map names to {' or '.join(ROLES)}, got {info.variants!r}")
+    bad = [d for d in info.drafted if d not in DRAFTED]
+    if bad:
+        raise AdapterError(f"{what}: unknown drafter(s) {', '.join(map(str, bad))}; known: {', '.join(DRAFTED)}")
     if NO_SPEC in info.proposers:
         raise AdapterError(f"{what}: proposers lists {NO_SPEC!r}: plain decode is always asked for, list only speculators")
     for key in ("max_batch_size", "spec_max_batch_size"):
@@ -142,14 +176,19 @@ def check_info(info, what: str) -> BitwiseInfo:
 
 def check_request(request: GreedyRequest, info: BitwiseInfo, what: str) -> GreedyRequest:
     """InputError unless `request` asks only for what `info` (the adapter's own `bitwise_info()`)
-    offers: a proposer of `info.proposers` (or plain decode), a variant of `info.variants`, a batch no
+    offers: a proposer of `info.proposers` (or plain decode) or a drafter of `info.drafted` with its
+    drafts (one continuation per prompt; wrong_at in [0, kappa) for ADVERSARIAL), a variant of `info.variants`, a batch no
     larger than `info.max_batch_size` (`spec_max_batch_size` when speculating; 1 without BATCH in
     `info.layouts`), ragged only with RAGGED. The one request validation of every adapter's
     decode_greedy; `what` names the adapter in the message."""
     spec, layout = request.spec, request.layout
-    if spec.proposer != NO_SPEC and spec.proposer not in info.proposers:
-        offered = ", ".join(info.proposers) or f"plain decode only ({NO_SPEC})"
+    if spec.proposer != NO_SPEC and spec.proposer not in info.proposers + tuple(info.drafted):
+        offered = ", ".join(info.proposers + tuple(info.drafted)) or f"plain decode only ({NO_SPEC})"
         raise InputError(f"unknown proposer {spec.proposer!r}; {what} offers {offered}")
+    if spec.proposer in DRAFTED and spec.proposer not in info.proposers:
+        _check_drafted(request, info)
+    elif request.drafts is not None or spec.wrong_at is not None:
+        raise InputError(f"drafts and wrong_at go with the {' and '.join(DRAFTED)} drafters only, not {spec}")
     if request.variant not in info.variants:
         offered = ", ".join("one (None)" if v is None else str(v) for v in info.variants)
         raise InputError(f"unknown variant {request.variant!r}; {what} offers {offered}")
@@ -166,6 +205,39 @@ def check_request(request: GreedyRequest, info: BitwiseInfo, what: str) -> Greed
             offered += ", ragged too" if RAGGED in info.layouts else ", not ragged"
         raise InputError(f"layout {layout} with {spec}: {what} {offered}")
     return request
+
+
+def _check_drafted(request: GreedyRequest, info: BitwiseInfo) -> None:
+    """InputError unless a drafted request carries one continuation of max_new_tokens ids in [0, V) per
+    prompt, kappa >= 1, and (ADVERSARIAL only) a wrong_at in [0, kappa)."""
+    spec = request.spec
+    if spec.kappa < 1:
+        raise InputError(f"{spec}: the {spec.proposer} drafter needs kappa >= 1")
+    if spec.proposer == ADVERSARIAL:
+        if not isinstance(spec.wrong_at, (int, np.integer)) or not 0 <= spec.wrong_at < spec.kappa:
+            raise InputError(f"{spec}: wrong_at {spec.wrong_at!r} must be an integer in [0, {spec.kappa})")
+    elif spec.wrong_at is not None:
+        raise InputError(f"{spec}: wrong_at goes with the {ADVERSARIAL} drafter only")
+    drafts = request.drafts
+    if drafts is None or len(drafts) != len(request.prompts) or any(
+            len(c) != request.max_new_tokens or any(not 0 <= int(t) < info.vocab_size for t in c) for c in drafts):
+        raise InputError(f"{spec}: drafts must hold, per prompt, {request.max_new_tokens} ids in [0, {info.vocab_size})")
+
+
+def wrong_token(token: int, vocab_size: int) -> int:
+    """The adversarial drafter's wrong guess for a position whose greedy token is `token`."""
+    return (int(token) + 1) % int(vocab_size)
+
+
+def drafted_tokens(request: GreedyRequest, prompt: int, n_output: int, k: int, vocab_size: int) -> list:
+    """The drafts of a drafted request (`Spec.proposer` ORACLE or ADVERSARIAL) for prompt index `prompt`
+    after `n_output` emitted tokens, at most k: the baseline's next tokens, the one at chunk position
+    `spec.wrong_at` replaced by `wrong_token` (ADVERSARIAL). Fewer than k near the end of the run."""
+    drafts = [int(t) for t in request.drafts[prompt][n_output:n_output + k]]
+    j = request.spec.wrong_at
+    if request.spec.proposer == ADVERSARIAL and j is not None and j < len(drafts):
+        drafts[j] = wrong_token(drafts[j], vocab_size)
+    return drafts
 
 
 def check_result(result, request: GreedyRequest, vocab_size: int, what: str) -> GreedyResult:

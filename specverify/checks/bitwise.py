@@ -9,6 +9,11 @@ For each variant the adapter offers, the baseline is plain greedy decode at batc
 - `batch.invariance[<model>,<variant>]`: plain decode at batch N and in a ragged layout must equal
   the baseline the same way (one request's logits must not depend on its neighbours).
 
+- `verify.width[...]` and `rollback[...,j=<j>]`, where the adapter takes the harness's drafters
+  (`BitwiseInfo.drafted`): the oracle's full verify chunks and the adversarial drafter's rollbacks,
+  each compared row by row with the baseline and localised to a step and chunk position
+  (`specverify.battery.drafted`).
+
 Exact rows: one differing id or logit byte fails them. The first divergence is reported as prompt,
 output index, both tokens, both logits rows' first differing entry and the baseline's top-2 margin
 there, and classified: a token flip at a relative top-2 margin below REDUCTION_ORDER_MARGIN (or a
@@ -34,6 +39,7 @@ from specverify.adapters.bitwise_level import (BATCH, DIGESTS, LAYOUT_KINDS, NEG
 from specverify.errors import AdapterError
 
 from ..battery.harness import invoke
+from ..battery import drafted
 from ..battery.base import FAIL, PASS, SKIP, WARN, CheckResult, Timer
 
 REDUCTION_ORDER_MARGIN = 1e-3     # relative top-2 margin below which a flipped token is a reduction-order bug
@@ -561,6 +567,9 @@ def run(engine, ctx, sizes: Sizes | None = None) -> list[CheckResult]:
             rows.append(CheckResult(f"greedy.bitwise[{_label(info, variant, role)},pairs]", SKIP, exact=True,
                                     detail="not covered: the adapter offers no such layout for the (kappa, batch) "
                                            f"pair(s) {', '.join(f'({k},{x})' for k, x in left_pairs)}"))
+        if info.drafted:            # the harness's drafters on the baseline's tokens (`battery.drafted`)
+            rows += drafted.rows(runner, base, info, lambda extra: _label(info, variant, role, extra),
+                                 kappas=sz.kappas, control=control)
         if layouts:
             comps = [_compare(runner, base, sp, x, done[(sp, x)][0]) for sp, x in plain_runs]
             rows.append(_row(f"batch.invariance[{_label(info, variant, role)}]", comps, sz, info, control=control,

@@ -28,7 +28,7 @@ from specverify.errors import InputError
 from .engine import Engine, SamplingParams
 from .metrics import SpecMetrics
 from .model import Llama
-from .proposers import DraftModelProposer, NgramProposer, RandomProposer
+from .proposers import DraftModelProposer, ExternalProposer, NgramProposer, RandomProposer
 from .scheduler import DEFAULT_KAPPA, KappaSchedule, check_kappa, spec_kappa
 from .toy_adapter import ToyAdapter
 
@@ -64,12 +64,18 @@ def _skewed(spec, target, draft, run, num_blocks):
     return RandomProposer(target.vocab_size, "skewed", run.seed)
 
 
+def _external(spec, target, draft, run, num_blocks):
+    return ExternalProposer(spec.drafts_of)
+
+
 PROPOSERS = {e.name: e for e in (
     ProposerEntry("none", "plain decode: no drafts, kappa taken as 0", False, _no_proposer),
     ProposerEntry("ngram", "prompt lookup: what followed the latest earlier match of the last n tokens", False, _ngram),
     ProposerEntry("draft", "a draft model (default: the target's first draft_layers layers and its head)", True, _draft),
     ProposerEntry("uniform", "context-free drafts, q uniform (for audits)", False, _uniform),
     ProposerEntry("skewed", "context-free drafts, q ~ Dirichlet(0.1) (for audits)", False, _skewed),
+    ProposerEntry("external", "the caller's drafts_of(request_id, n_output, k) (the bitwise level's oracle "
+                  "and adversarial drafters)", False, _external),
 )}
 SPECS = tuple(PROPOSERS)        # the proposer names, in the table's order
 
@@ -79,12 +85,13 @@ class SpecOptions:
     """How drafts are proposed: `proposer` names an entry of `PROPOSERS`: "none" (plain decode, kappa
     taken as 0), "ngram" (prompt lookup), "draft" (the `draft` model; for a Llama target with
     draft=None, its first `draft_layers` layers + head, sharing weights), "uniform"/"skewed"
-    (context-free random drafts, for audits)."""
+    (context-free random drafts, for audits), "external" (`drafts_of`'s drafts)."""
     proposer: str = "draft"
     kappa: int | dict = DEFAULT_KAPPA   # drafts per verify step, or {max batch size: kappa} (`KappaSchedule`)
     draft_layers: int = 6          # layers of the self-speculative draft (proposer "draft", draft=None)
     ngram_n: int = 3               # longest n-gram looked up (proposer "ngram")
     ngram_min: int = 1             # shortest n-gram that may propose (proposer "ngram")
+    drafts_of: Callable | None = None   # proposer "external": drafts_of(request_id, n_output, k) -> ids
 
     def __post_init__(self):
         if self.proposer not in PROPOSERS:
@@ -96,6 +103,8 @@ class SpecOptions:
             raise InputError(f"ngram_min {self.ngram_min} must be >= 1")
         if self.ngram_n < self.ngram_min:
             raise InputError(f"ngram_n {self.ngram_n} must be >= ngram_min {self.ngram_min}")
+        if (self.proposer == "external") != callable(self.drafts_of):
+            raise InputError("spec 'external' needs drafts_of (a callable), and only it takes one")
 
 
 @dataclass(frozen=True)

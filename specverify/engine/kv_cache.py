@@ -81,6 +81,17 @@ class PagedKVCache:
     def num_available(self) -> int:
         return len(self.free) + len(self.evictable)
 
+    def blocks_needed(self, n_positions: int) -> int:
+        """Blocks a request of n_positions positions takes (what the scheduler reserves to admit it)."""
+        return -(-n_positions // self.block_size)
+
+    def slots(self, seq: SeqKV, positions):
+        """The slots (int64 array) of `seq`'s positions: block_ids[t // block_size] * block_size + t % block_size."""
+        import numpy as np
+        bs = self.block_size
+        blocks = np.asarray(seq.block_ids, dtype=np.int64)
+        return blocks[positions // bs] * bs + positions % bs
+
     def ensure_capacity(self, seq: SeqKV, n_positions: int) -> None:
         while len(seq.block_ids) * self.block_size < n_positions:
             seq.block_ids.append(self._take_block())

@@ -62,17 +62,15 @@ class StepBatch:
 def build_step(cache, seqs, new_tokens, n_logits) -> StepBatch:
     """Lay out one step for `cache` (a PagedKVCache): request b appends new_tokens[b] to seqs[b]
     (a SeqKV; its blocks are grown here) and wants logits for its last n_logits[b] new tokens."""
-    bs = cache.block_size
     toks, pos, slots, cu, ctx, logit_rows = [], [], [], [0], [], []
     for seq, new, nl in zip(seqs, new_tokens, n_logits):
         n = len(new)
         start = seq.num_computed
         cache.ensure_capacity(seq, start + n)
         p = np.arange(start, start + n, dtype=np.int64)
-        blocks = np.asarray(seq.block_ids, dtype=np.int64)
         toks.append(np.asarray(new, dtype=np.int64))
         pos.append(p)
-        slots.append(blocks[p // bs] * bs + p % bs)
+        slots.append(cache.slots(seq, p))         # the cache's layout: paged blocks, or a ring
         logit_rows.append(np.arange(cu[-1] + n - nl, cu[-1] + n, dtype=np.int64))
         cu.append(cu[-1] + n)
         ctx.append(start + n)

@@ -1,4 +1,5 @@
-"""Draft proposers: n-gram (prompt lookup), a draft model, and seeded random proposers for tests.
+"""Draft proposers: n-gram (prompt lookup), a draft model, seeded random proposers for tests, and
+external drafts from a caller's function (the bitwise level's oracle and adversarial drafters).
 
 Interface (the engine calls these; `reqs` are engine Requests):
 
@@ -145,6 +146,27 @@ class RandomProposer:
             drafts = [draw(self.q, r.draft_rng.random()) for _ in range(k)]
             out.append((drafts, np.tile(self.q, (k, 1)) if k else None))
         return out
+
+    def accepted(self, req, n_valid):
+        pass
+
+    def release(self, req):
+        pass
+
+
+class ExternalProposer:
+    """Drafts from the caller: `drafts_of(request_id, n_output, k)` returns at most k token ids for the
+    request after its n_output emitted tokens (deterministic: q one-hot). The bitwise level's oracle and
+    adversarial drafters (`adapters.bitwise_level.drafted_tokens`) come through here, so that a verify
+    chunk of any width and a rejection at any chunk position can be forced."""
+
+    name = "external"
+
+    def __init__(self, drafts_of):
+        self.drafts_of = drafts_of
+
+    def propose(self, reqs, ks):
+        return [([int(t) for t in self.drafts_of(r.id, len(r.output), k)][:k], None) for r, k in zip(reqs, ks)]
 
     def accepted(self, req, n_valid):
         pass

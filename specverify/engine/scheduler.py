@@ -82,10 +82,9 @@ class Scheduler:
     def admit(self) -> list:
         """Move waiting requests into the running batch while they fit; return the admitted ones."""
         admitted = []
-        bs = self.cache.block_size
         while self.waiting and len(self.running) < self.max_batch_size:
             req = self.waiting[0]
-            need = -(-(len(req.tokens) + self.kappa.max_kappa + 1) // bs)
+            need = self.cache.blocks_needed(len(req.tokens) + self.kappa.max_kappa + 1)
             if need > self.cache.num_available():
                 if not self.running and not admitted:
                     raise InputError(f"request {req.id} needs {need} KV blocks; the cache has "

@@ -1,6 +1,8 @@
 """Our own engine (`specverify.engine`) with one real bug, for the tests that prove the audits catch it.
 
     StaleKvEngine   rejected draft positions are not rolled back in the KV cache
+    PlainDecodeRing a sliding-window model whose ring buffer is sized for plain decode: rejected drafts
+                    overwrite ring slots the next window still reads (`plain_decode_ring(folder)`)
 
 Run it with `generate(..., run=RunOptions(engine_class=StaleKvEngine))`. The sampler-level and
 toy-engine mutants (`mutant:<name>`) are the other modules of this package.
@@ -9,6 +11,7 @@ toy-engine mutants (`mutant:<name>`) are the other modules of this package.
 from __future__ import annotations
 
 from specverify.engine.engine import Engine
+from specverify.engine.sliding import SlidingLlama, load_sliding
 
 
 class StaleKvEngine(Engine):
@@ -28,3 +31,20 @@ class StaleKvEngine(Engine):
     @staticmethod
     def kv_positions_per_token(max_kappa: int) -> int:
         return max_kappa + 1
+
+
+class PlainDecodeRing(SlidingLlama):
+    """A sliding-window model over a ring of W - 1 slots, what plain decode needs (the step's own key
+    comes fresh): a verify chunk writes its drafts into the slots of the positions just before the window,
+    and after a rejection the next step's window reads those slots -- keys of rejected drafts in place
+    of accepted tokens' (the issue's "ring slots overwritten by rejected tokens"; llama.cpp sizes its SWA cache
+    n_swa + n_ubatch cells a sequence, src/llama-kv-cache-iswa.cpp, room for a whole batch past the window). Runs whose drafts are all
+    accepted stay exact (`verify.width` passes); every `rollback[j]` fails."""
+
+    check_chunks = False
+
+
+def plain_decode_ring(folder, backend="default") -> PlainDecodeRing:
+    """The sliding-window folder's model with the plain-decode-sized ring (`PlainDecodeRing`)."""
+    from specverify.models.sliding import params_of
+    return load_sliding(folder, backend, ring_len=params_of(folder)["window"] - 1, cls=PlainDecodeRing)

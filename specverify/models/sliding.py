@@ -1,0 +1,191 @@
+"""Tiny random sliding-window models (Mistral-style: every layer attends to the last WINDOW positions)
+and their exact laws.
+
+The window is small (WINDOW = 8 by default, anything in [2, MAX_POSITIONS)) so that runs of a few tokens
+after a prompt of about WINDOW tokens cross it: position i attends to keys i - W + 1 .. i (W keys, itself
+included), which is transformers' `sliding_window_overlay` (kv_idx > q_idx - W) and llama.cpp's standard
+SWA mask (masked when p_q - p_k >= n_swa).
+
+    build(folder, vocab, seed, window=8)            a HF folder: MistralConfig with sliding_window, float32
+                                                    model.safetensors, the tiny models' WordLevel tokenizer
+                                                    ("t0".."t{V-1}"); weights as `models.tiny` draws them
+                                                    (unit-gain, the head scaled to logit std LOGIT_STD)
+    build(folder, vocab, seed, draft_of=target)     a draft: the target's weights + noise
+    pair_folders(where, vocab, seed, window)        (target, draft) folders, built once
+    tabulated(folder)                               the exact law: a `reference.tabulated.TabulatedModel`
+                                                    from transformers' MistralForCausalLM in float64 (eager
+                                                    attention, the window mask applied)
+    engine_tensors(folder)                          the weights under GGUF names, q/k rows in the
+                                                    adjacent-pair rotary layout: what our engine's
+                                                    `engine.sliding.load_sliding` builds from
+
+Formats: transformers loads the folder (MistralForCausalLM); our engine loads it
+(`engine.sliding.load_sliding`, ring-buffer KV cache). No GGUF is written: llama.cpp applies a
+sliding window only for architectures whose graph builds one (Gemma 2/3, Cohere 2, ...), not for the
+"llama" graph a Mistral checkpoint converts to, so a GGUF of this folder would run without the window.
+
+The float64 law and our engine's float32 forward differ by ~1e-6 in the logits (measured in
+tests/test_sliding.py and stated in docs/sliding-window.md), far below any law check's power.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from specverify import installed
+from specverify.errors import InputError
+
+from . import cache, tiny
+
+WINDOW = 8                  # the default window: runs after prompts of ~8 tokens cross it
+STAMP = "specverify-tiny-sliding.json"
+
+
+def root() -> Path:
+    """Where the sliding-window folders live: the cache root's `tiny-sliding`."""
+    return cache.root() / "tiny-sliding"
+
+
+def _config(vocab: int, window: int) -> dict:
+    return dict(vocab_size=vocab, hidden_size=tiny.HIDDEN, intermediate_size=tiny.INTERMEDIATE,
+                num_hidden_layers=tiny.LAYERS, num_attention_heads=tiny.HEADS, num_key_value_heads=tiny.KV_HEADS,
+                max_position_embeddings=tiny.MAX_POSITIONS, rms_norm_eps=1e-5, rope_theta=10000.0,
+                tie_word_embeddings=False, hidden_act="silu", sliding_window=window,
+                eos_token_id=None, bos_token_id=None, pad_token_id=None)
+
+
+def _params(vocab, seed, window, draft_of, noise) -> dict:
+    return {"vocab": int(vocab), "seed": int(seed), "window": int(window),
+            "draft_of": None if draft_of is None else str(Path(draft_of).resolve()),
+            "noise": float(noise) if draft_of is not None else None,
+            "arch": [tiny.HIDDEN, tiny.INTERMEDIATE, tiny.LAYERS, tiny.HEADS, tiny.KV_HEADS, tiny.LOGIT_STD]}
+
+
+def build(folder, vocab: int, seed: int, *, window: int = WINDOW, draft_of=None, noise: float = tiny.DRAFT_NOISE) -> Path:
+    """Write a tiny sliding-window HF folder (atomically); a folder built with the same parameters is kept."""
+    if not 2 <= int(vocab) <= 4096:
+        raise InputError(f"tiny_sliding: vocab {vocab} outside [2, 4096]")
+    if not 2 <= int(window) < tiny.MAX_POSITIONS:
+        raise InputError(f"tiny_sliding: window {window} outside [2, {tiny.MAX_POSITIONS})")
+    folder = Path(folder)
+    params = _params(vocab, seed, window, draft_of, noise)
+    stamp = folder / STAMP
+    if stamp.exists() and json.loads(stamp.read_text()) == params:
+        return folder
+    installed.load("transformers", "transformers")
+    tiny._quiet()
+    with cache.building(folder), tiny.TORCH_LOCK:
+        if stamp.exists() and json.loads(stamp.read_text()) == params:
+            return folder
+        return _build(folder, int(vocab), int(seed), int(window), draft_of, float(noise), params)
+
+
+def _build(folder: Path, vocab: int, seed: int, window: int, draft_of, noise: float, params: dict) -> Path:
+    import torch
+    from transformers import MistralConfig, MistralForCausalLM
+
+    config = MistralConfig(**_config(vocab, window), torch_dtype="float32")
+    gen = torch.Generator().manual_seed(int(seed))
+    model = MistralForCausalLM(config).float().eval()
+    with torch.no_grad():
+        if draft_of is None:
+            for name, p in model.named_parameters():
+                if "norm" in name:
+                    p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
+                else:
+                    p.copy_(torch.randn(p.shape, generator=gen) / np.sqrt(p.shape[-1]))   # unit-gain init
+            ids = torch.randint(0, vocab, (64, 2 * window), generator=gen)
+            logits = model(ids).logits
+            model.lm_head.weight *= tiny.LOGIT_STD / float(logits.std(dim=-1).mean())
+        else:
+            base = MistralForCausalLM.from_pretrained(str(draft_of), dtype=torch.float32)
+            if base.config.vocab_size != vocab or base.config.sliding_window != window:
+                raise InputError(f"tiny_sliding: draft (V={vocab}, window {window}) differs from its target's "
+                                 f"(V={base.config.vocab_size}, window {base.config.sliding_window})")
+            for (_, p), (_, q) in zip(model.named_parameters(), base.named_parameters()):
+                p.copy_(q + noise * float(q.std()) * torch.randn(p.shape, generator=gen))
+    with cache.atomic_folder(folder) as tmp:
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        tiny._tokenizer_files(tmp, vocab, 0)
+        (tmp / STAMP).write_text(json.dumps(params, indent=1))
+    return folder
+
+
+def params_of(folder) -> dict:
+    """The build parameters of a folder written by `build` (InputError otherwise)."""
+    stamp = Path(folder) / STAMP
+    if not stamp.exists():
+        raise InputError(f"tiny_sliding: {folder} is not a folder written by models.sliding.build")
+    return json.loads(stamp.read_text())
+
+
+def tabulated(folder, name: str | None = None):
+    """The folder's model as a `TabulatedModel`: next-token logits from a float64 forward of the same
+    weights (transformers' MistralForCausalLM, eager attention with the window mask)."""
+    installed.load("transformers", "transformers")
+    import torch
+    from transformers import MistralForCausalLM
+
+    from specverify.reference.tabulated import TabulatedModel
+
+    folder = Path(folder)
+    vocab = params_of(folder)["vocab"]
+    tiny._quiet()
+    with tiny.TORCH_LOCK:
+        model = MistralForCausalLM.from_pretrained(str(folder), dtype=torch.float64, attn_implementation="eager").eval()
+
+    def logits_fn(prefixes):
+        ids = torch.tensor(prefixes, dtype=torch.int64)            # [B, T], every prefix one length
+        if ids.ndim != 2 or ids.shape[1] == 0:
+            raise InputError("tiny_sliding: a prefix must hold at least one token")
+        with tiny.TORCH_LOCK, torch.no_grad():
+            return model(ids).logits[:, -1, :vocab].numpy()         # [B, V] float64
+
+    return TabulatedModel(vocab, logits_fn, name or folder.name, handle=folder)
+
+
+def pair_folders(where=None, vocab: int = 4, seed: int = 0, *, window: int = WINDOW, noise: float = tiny.DRAFT_NOISE):
+    """(target folder, draft folder) over `vocab` tokens with `window`, under `where` (default `root()`)."""
+    where = Path(where) if where is not None else root()
+    tag = f"V{vocab}-s{seed}-w{window}"
+    target = build(where / f"target-{tag}", vocab, seed, window=window)
+    draft = build(where / f"draft-{tag}-n{noise}", vocab, seed + 1, window=window, draft_of=target, noise=noise)
+    return target, draft
+
+
+def _rope_rows(w: np.ndarray, heads: int) -> np.ndarray:
+    """HF rotate-half row order -> the adjacent-pair order our engine's rotary takes, per head."""
+    out, inp = w.shape
+    d = out // heads
+    return w.reshape(heads, 2, d // 2, inp).transpose(0, 2, 1, 3).reshape(out, inp)
+
+
+HF_TO_GGUF = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+              "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+              "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+
+
+def engine_tensors(folder) -> tuple[dict, dict]:
+    """(config.json as a dict, float32 numpy tensors under GGUF names) of a folder written by `build`;
+    q/k rows reordered to the adjacent-pair rotary layout. The head is `output.weight` (untied)."""
+    from safetensors.numpy import load_file
+
+    folder = Path(folder)
+    params_of(folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    hf = load_file(str(folder / "model.safetensors"))
+    out = {"token_embd.weight": hf["model.embed_tokens.weight"], "output_norm.weight": hf["model.norm.weight"],
+           "output.weight": hf["lm_head.weight"]}
+    heads, kv_heads = int(cfg["num_attention_heads"]), int(cfg["num_key_value_heads"])
+    for i in range(int(cfg["num_hidden_layers"])):
+        for hf_name, name in HF_TO_GGUF.items():
+            t = np.ascontiguousarray(hf[f"model.layers.{i}.{hf_name}.weight"], np.float32)
+            if name == "attn_q":
+                t = _rope_rows(t, heads)
+            elif name == "attn_k":
+                t = _rope_rows(t, kv_heads)
+            out[f"blk.{i}.{name}.weight"] = np.ascontiguousarray(t)
+    return cfg, out
