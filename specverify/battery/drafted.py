@@ -18,7 +18,8 @@ A first difference is reported as prompt, output index, the verify step and the 
 differing logit and the baseline's top-2 margin there (`bitwise.classify`). With the steps reported, the
 row also says how many steps took the width the drafter forces (the oracle: kappa + 1 tokens; the
 adversarial drafter: j + 1), and a verify row whose drafts were never accepted is a warning (it checked
-no chunk), not a pass. The runs decode the first PROMPTS prompts for at most TOKENS tokens at batch 1.
+no chunk), not a pass. The runs decode the first PROMPTS prompts (QUICK_PROMPTS at --size quick) for at
+most TOKENS tokens at batch 1.
 
 Budget: PROMPTS prompts x TOKENS tokens (the size's tokens if fewer) per run: one oracle run per kappa,
 one adversarial run per j < the largest kappa; --samples unused.
@@ -35,6 +36,7 @@ from .base import FAIL, PASS, WARN, CheckResult, Timer
 from .harness import invoke
 
 PROMPTS = 4                  # prompts per drafted run (the first of the bitwise check's prompts)
+QUICK_PROMPTS = 1            # at --size quick (the main job): 10 runs of 4 prompts were ~110 CPU-s of it
 TOKENS = 64                  # tokens per drafted run at most (runs must cross windows and KV blocks)
 
 
@@ -77,7 +79,7 @@ class _Drafted:
 
     def __init__(self, runner, base, ctx):
         self.runner, self.ctx = runner, ctx
-        self.n = min(PROMPTS, len(runner.prompts))
+        self.n = min(QUICK_PROMPTS if getattr(ctx, "size", "standard") == "quick" else PROMPTS, len(runner.prompts))
         self.L = min(TOKENS, runner.L)
         self.idx = tuple(range(self.n))
         self.base_tokens = [tuple(base[0][p][:self.L]) for p in self.idx]
