@@ -99,6 +99,8 @@ class Context:
                                     # (greedy bitwise) then runs them side by side
     round: int = 0                  # the sampling round of a decisive audit (`battery.decisive`): salts the
                                     # seeds of the draws (`draws`), never those of problems and laws
+    model: str | None = None        # server audits: the model asked for (`settings.model`)
+    plain_url: str | None = None    # server audits: the plain server (`settings.plain_url`)
     state: AuditState = field(default_factory=AuditState, compare=False, repr=False)
 
     def rng(self, *key) -> np.random.Generator:
