@@ -42,6 +42,7 @@ GREEDY_TOKENS = 16
 IN_FLIGHT = 16
 NEEDLE_PROBES = 4
 NEEDLE_FILLERS = 16
+FILLER_EXTRA_TOKENS = 8        # fillers run this much longer than the probe (within a toy model's context of 31)
 LAW_PROMPT = (1,)
 LAW_TOKENS = 4
 RUNS_PER_REQUEST = 50          # choices per request (n) where the server gives distinct seeded choices
@@ -143,8 +144,8 @@ def needle(engine, ctx) -> CheckResult:
             probes.append(dict(prompt=p, max_tokens=GREEDY_TOKENS, temperature=0.0, logprobs=lp))
         else:
             probes.append(dict(prompt=p, max_tokens=GREEDY_TOKENS, temperature=1.0, seed=1000 + i, logprobs=lp))
-    fill_prompts = _prompts(engine, NEEDLE_FILLERS, 9, "fillers", ctx)
-    fillers = [dict(prompt=p, max_tokens=2 * GREEDY_TOKENS, temperature=1.0 if j % 2 else 0.0, logprobs=lp)
+    fill_prompts = _prompts(engine, NEEDLE_FILLERS, 4, "fillers", ctx)
+    fillers = [dict(prompt=p, max_tokens=GREEDY_TOKENS + FILLER_EXTRA_TOKENS, temperature=1.0 if j % 2 else 0.0, logprobs=lp)
                for j, p in enumerate(fill_prompts)]
     with Timer() as t:
         alone = [engine.client.many([r], 1)[0] for r in probes]

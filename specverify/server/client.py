@@ -227,6 +227,8 @@ class ServerClient:
                 started[i] = time.monotonic()
                 try:
                     done.put((i, self.complete(**r), None))
+                except Unsupported as exc:         # after the probe, a refusal is the server's failure
+                    done.put((i, None, _fail(self.url, f"refused a request it was probed to support: {exc}")))
                 except BaseException as exc:       # noqa: BLE001 - handed to the caller's thread
                     done.put((i, None, exc))
 
