@@ -124,12 +124,14 @@ def test_broken_server_fails_law_and_spec_vs_plain(servers):
     assert result.verdict == "fail"
 
 
-def test_without_plain_url_the_two_server_rows_are_not_covered(servers):
-    result = _audit(servers["spec"], None, checks="server", samples=10_000)
+def test_the_pytest_gate_audits_a_url_and_lists_rows_without_plain_url_as_not_covered(servers):
+    from specverify.pytest_plugin import ExactnessGate
+    result = ExactnessGate({}).audit(servers["spec"], samples=10_000)     # the gate: decisive, fail-fast
     skipped = {r.name.split("[")[0] for r in result.checks if r.verdict == "skip"}
     assert skipped == {"server.greedy_bitwise", "server.spec_vs_plain"}
     assert result.not_covered["server"].count("--plain-url") == 2
-    assert result.verdict == "pass"
+    assert result.verdict == "pass" and result.stop["mode"] == "decisive"
+    assert result.spec == servers["spec"]                                # the reproducer names the URL
 
 
 def test_wire_format_through_the_openai_client(servers):

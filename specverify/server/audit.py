@@ -54,7 +54,13 @@ class ServerAudit:
     settings: object
     checks: list
 
+    @property
+    def spec(self) -> str:
+        """What reproduces the audit: the server's URL (`specverify audit URL`)."""
+        return self.engine.client.url
+
     def run(self, extra=None, jobs: int = 1):
+        """Run the server checks (`jobs` is unused: the client keeps many requests in flight itself)."""
         from specverify.audit import run_audit
         result = run_audit(self.engine, self.ctx, self.checks, extra=extra, stop=self.settings.stop,
                            power_tv=self.settings.power_tv, fail_fast=self.settings.fail_fast)
