@@ -38,6 +38,10 @@ def default_checks(engine) -> list:
     return [c.name for c in battery.TABLE if (c.kind == battery.SERVER) == server]
 
 
+# the checks an adapter (not a server) is audited with by default: the zoo's columns
+ADAPTER_CHECKS = [c.name for c in battery.TABLE if c.kind != battery.SERVER]
+
+
 @dataclass
 class AuditResult:
     engine: str

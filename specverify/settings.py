@@ -203,10 +203,10 @@ class Settings:
                               default_text="off; the zoo and the pytest gate: on")
 
     # the server level (`specverify audit http://HOST:PORT/v1`, `specverify.server.audit`)
-    model: str | None = setting(None, check=_text_or_none, metavar="NAME", doors=("audit", "option", "marker"),
+    model: str | None = setting(None, check=_text_or_none, metavar="NAME", doors=("audit", "option", "marker"), context=False,
                                 help="server audits: the model to ask the server for",
                                 default_text="the server's only model")
-    plain_url: str | None = setting(None, check=_url_or_none, metavar="URL", doors=("audit", "option", "marker"),
+    plain_url: str | None = setting(None, check=_url_or_none, metavar="URL", doors=("audit", "option", "marker"), context=False,
                                     help="server audits: a plain (non-speculative) server of the same model, for "
                                          "server.greedy_bitwise and server.spec_vs_plain",
                                     default_text="none: those rows are not covered")
