@@ -173,6 +173,7 @@ def _free_port() -> int:
 
 class _Fake(http.server.BaseHTTPRequestHandler):
     mode = "garbage"
+    served = 0
 
     def log_message(self, *args):
         pass
@@ -188,7 +189,7 @@ class _Fake(http.server.BaseHTTPRequestHandler):
         self._send(200, json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode())
 
     def do_POST(self):
-        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.last_body = self.rfile.read(int(self.headers.get("content-length", 0)))
         if self.mode == "garbage":
             self._send(200, b"<html>not json</html>", "text/html")
         elif self.mode == "wrong_json":
@@ -197,6 +198,24 @@ class _Fake(http.server.BaseHTTPRequestHandler):
             self._send(500, json.dumps({"error": {"message": "boom"}}).encode())
         elif self.mode == "hang":
             time.sleep(30)
+        elif self.mode == "trickle":            # a body that never ends: a byte every 0.2 s
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.end_headers()
+            for _ in range(150):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(0.2)
+        elif self.mode == "dies":               # answers the first requests, then the server is gone
+            type(self).served += 1
+            if type(self).served > 3:
+                threading.Thread(target=self.server.shutdown, daemon=True).start()
+                self.server.socket.close()
+                return
+            body = json.loads(self.last_body)
+            n = body.get("n", 1)
+            self._send(200, json.dumps({"choices": [{"index": i, "text": " a", "finish_reason": "length",
+                                                     "token_ids": [1]} for i in range(n)]}).encode())
 
 
 @pytest.fixture
@@ -235,10 +254,16 @@ def test_malformed_or_failing_server_is_one_line_exit_2(capsys, fake, mode, word
     assert words in err
 
 
-def test_a_server_that_never_answers_ends_at_the_timeout(capsys, fake):
+@pytest.mark.parametrize("mode", ["hang", "trickle"])
+def test_a_server_that_never_answers_or_never_ends_ends_at_the_timeout(capsys, fake, mode):
     start = time.monotonic()
-    err = _one_line_exit_2(capsys, ["audit", fake("hang"), "--timeout", "2", "-q"])
+    err = _one_line_exit_2(capsys, ["audit", fake(mode), "--timeout", "2", "-q"])
     assert "--timeout 2" in err and time.monotonic() - start < 20
+
+
+def test_a_server_that_dies_mid_audit_is_one_line_exit_2(capsys, fake):
+    err = _one_line_exit_2(capsys, ["audit", fake("dies"), "--timeout", "5", "-q"])
+    assert "cannot connect" in err or "HTTP" in err
 
 
 def test_server_options_are_refused_for_an_adapter_and_bad_urls(capsys):
@@ -249,3 +274,11 @@ def test_server_options_are_refused_for_an_adapter_and_bad_urls(capsys):
 def test_serve_binds_loopback_only_unless_asked(capsys):
     assert "loopback" in _one_line_exit_2(capsys, ["serve", "--host", "0.0.0.0"])
     assert "--spec" in _one_line_exit_2(capsys, ["serve", "--spec", "medusa"])
+
+
+def test_serve_on_a_port_already_taken_is_one_line_exit_2(capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        err = _one_line_exit_2(capsys, ["serve", "--port", str(taken.getsockname()[1])])
+    assert "cannot bind" in err

@@ -73,9 +73,13 @@ def run(args) -> int:
         backend = "invariant" if "invariant" in backend_names() else "default"
     config = ServeConfig(model=args.model, spec=args.spec, kappa=args.kappa, max_batch=args.max_batch,
                          max_context=args.max_context, seed=args.seed, backend=backend, variant=args.variant)
-    model = load(args.model, backend)
-    app = build_app(model, config)
-    sock = launch.bind(args.host, args.port)
+    sock = launch.bind(args.host, args.port)          # a port already taken: one line before any loading
+    try:
+        model = load(args.model, backend)
+        app = build_app(model, config)
+    except BaseException:
+        sock.close()
+        raise
     announce = (f"specverify serve: listening on {launch.url_of(sock)} (model {model.name}, spec {args.spec}, "
                 f"kappa {args.kappa}, variant {args.variant})")
     launch.serve(app, sock, announce, args.ready_file)

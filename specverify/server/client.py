@@ -31,6 +31,7 @@ TOKEN_ID_PREFIX = "token_id:"
 PROBE_PROMPT = (1, 2)             # token ids every vocabulary of >= 3 tokens has
 PROBE_TEXT = "Hello"
 PROBE_TOKENS = 8
+GRACE_S = 2.0                     # beyond --timeout, before a request that is still receiving is given up
 
 
 class ServerError(AdapterError):
@@ -123,9 +124,27 @@ class ServerClient:
 
     # -- one request ---------------------------------------------------------------------------------
     def _call(self, fn):
+        """fn() on a daemon thread, given --timeout (+ GRACE_S) to finish: a response that trickles
+        forever defeats the client's per-read timeouts, not this one. Every failure -> ServerError,
+        a 4xx a feature may explain -> Unsupported."""
+        box: dict = {}
+
+        def target():
+            try:
+                box["value"] = fn()
+            except BaseException as exc:           # noqa: BLE001 - handed to the caller's thread
+                box["error"] = exc
+
+        thread = threading.Thread(target=target, daemon=True, name="specverify-request")
+        thread.start()
+        thread.join(self.timeout + GRACE_S)
+        if thread.is_alive():
+            raise _fail(self.url, f"no complete answer within --timeout {self.timeout:g} s")
+        if "error" not in box:
+            return box["value"]
         o = self.openai
         try:
-            return fn()
+            raise box["error"]
         except o.APITimeoutError:
             raise _fail(self.url, f"no response within --timeout {self.timeout:g} s") from None
         except o.APIConnectionError as exc:
