@@ -21,8 +21,7 @@ audit it:  specverify audit http://127.0.0.1:PORT/v1 --model NAME [--plain-url U
 
 
 def register(sub) -> None:
-    from specverify.server.app import ServeConfig
-    from specverify.server.variants import VARIANTS
+    from specverify.server.config import VARIANT_NAMES, ServeConfig
     d = ServeConfig()
     p = sub.add_parser("serve", help="serve our engine as an OpenAI-compatible completions server",
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -44,7 +43,7 @@ def register(sub) -> None:
     p.add_argument("--backend", default=None,
                    help="op backend of a Llama model (default: invariant, the batch-invariant kernels, where available)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    p.add_argument("--variant", default="exact", choices=sorted(VARIANTS),
+    p.add_argument("--variant", default="exact", choices=VARIANT_NAMES,
                    help="exact (default), or a deliberately broken engine for negative-control tests only "
                         "(specverify/server/variants.py)")
     p.set_defaults(func=run)
@@ -53,7 +52,8 @@ def register(sub) -> None:
 def run(args) -> int:
     from specverify.errors import InputError
     from specverify.server import launch
-    from specverify.server.app import ServeConfig, build_app, spec_options
+    from specverify.server.app import build_app, spec_options
+    from specverify.server.config import ServeConfig
     from specverify.server.models import load
 
     launch.check_host(args.host, args.allow_remote)

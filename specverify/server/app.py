@@ -13,29 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
 
 from specverify import __version__
 from specverify.errors import InputError
 
 from . import wire
 from .batching import Batcher, Job, choice_seed
+from .config import ServeConfig
 from .models import ServedModel, check_context
 from .variants import VARIANTS
-
-
-@dataclass(frozen=True)
-class ServeConfig:
-    """What `specverify serve` was asked for (cli/serve.py parses it)."""
-    model: str = "tiny:4,7"
-    spec: str = "ngram:3"           # "none", "ngram[:N]", "draft[:LAYERS]", "uniform", "skewed"
-    kappa: int = 3
-    max_batch: int = 64
-    max_context: int = 512
-    block_size: int = 16
-    seed: int = 0
-    backend: str = "default"
-    variant: str = "exact"
 
 
 def spec_options(spec: str, kappa: int):

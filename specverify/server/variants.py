@@ -15,6 +15,8 @@ from __future__ import annotations
 from specverify.engine.engine import Engine
 from specverify.engine.sampler import draw
 
+from .config import VARIANT_NAMES
+
 
 def recovered_from_p(p_rows, drafts, q_rows, rng) -> tuple:
     """The chain rule with its bug: the same coins as `sampler.sample_probs`, the recovered token from p."""
@@ -47,3 +49,4 @@ class RecoveredFromP(Engine):
 
 
 VARIANTS = {"exact": Engine, "recovered-from-p": RecoveredFromP}
+assert tuple(VARIANTS) == VARIANT_NAMES
