@@ -310,3 +310,56 @@ def test_smollm2_spec_and_plain_servers_agree_bitwise(tmp_path):
     assert kinds["server.greedy_bitwise"] == ["pass"] and kinds["server.needle"] == ["pass"]
     assert kinds["server.law"] == ["skip"] and "no known law" in result.not_covered["server"]
     assert "logprob bytes" in next(r.detail for r in result.checks if r.name.startswith("server.greedy_bitwise"))
+
+
+# ------------------------------------------------------------------------------ the exact rows can fail
+
+
+class _StubClient:
+    """A client whose answers are scripted: `answer(request, crowded)` -> one Choice (no HTTP)."""
+
+    def __init__(self, answer, support):
+        self.answer, self.support, self.model, self.url = answer, support, MODEL, "stub"
+
+    def probe(self):
+        return self.support
+
+    def many(self, requests, in_flight=16):
+        return [[self.answer(r, len(requests) > 1)] for r in requests]
+
+
+def _stub_engine(spec_answer, plain_answer):
+    from specverify.server.client import Support
+
+    support = Support(features={k: True for k in ("token_id_prompts", "token_ids", "logprobs", "seed", "n",
+                                                  "n_seeded_distinct", "stop", "top_k", "stream")})
+    engine = type("StubEngine", (), {})()
+    engine.client, engine.plain = _StubClient(spec_answer, support), _StubClient(plain_answer, support)
+    engine.support, engine.vocab, engine.capabilities = support, 4, {"server"}
+    return engine
+
+
+def _choice(ids, logprobs, top=None):
+    from specverify.server.client import Choice
+    return Choice(0, "".join(f" t{t}" for t in ids), tuple(ids), tuple(logprobs), top, "length")
+
+
+def test_greedy_bitwise_names_the_first_divergence_and_its_margin():
+    from specverify.battery.base import Context
+    from specverify.checks.server import greedy_bitwise
+    top = tuple({"t1": -0.5, "t2": -0.5 - 1e-7} for _ in range(4))
+    plain = _choice([1, 1, 1, 1], [-0.5] * 4, top)
+    spec = _choice([1, 1, 2, 1], [-0.5] * 4, top)
+    row = greedy_bitwise(_stub_engine(lambda r, c: spec, lambda r, c: plain), Context())
+    assert row.verdict == "fail" and "position 2" in row.detail and row.data["margin"] == pytest.approx(1e-7)
+    # same ids, one logprob one ulp apart: the bytes differ
+    nudged = _choice([1, 1, 1, 1], [-0.5, float.fromhex("-0x1.0000000000001p-1"), -0.5, -0.5], top)
+    row = greedy_bitwise(_stub_engine(lambda r, c: nudged, lambda r, c: plain), Context())
+    assert row.verdict == "fail" and "logprob bytes differ first at position 1" in row.detail
+
+
+def test_needle_fails_when_a_probe_changes_among_fillers():
+    from specverify.battery.base import Context
+    from specverify.checks.server import needle
+    row = needle(_stub_engine(lambda r, crowded: _choice([1, 2 if crowded else 3], [-1.0, -1.0]), None), Context())
+    assert row.verdict == "fail" and "alone vs among 16 concurrent fillers" in row.detail
