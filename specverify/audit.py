@@ -31,6 +31,17 @@ from .verdicts import ERROR, FAIL, PASS, SKIP, WARN
 BATTERY = list(battery.NAMES)
 
 
+def default_checks(engine) -> list:
+    """The checks an audit runs when none are named: the server level's against a server
+    (`specverify.server.audit.ServerEngine`), every other check against an adapter."""
+    server = "server" in getattr(engine, "capabilities", ())
+    return [c.name for c in battery.TABLE if (c.kind == battery.SERVER) == server]
+
+
+# the checks an adapter (not a server) is audited with by default: the zoo's columns
+ADAPTER_CHECKS = [c.name for c in battery.TABLE if c.kind != battery.SERVER]
+
+
 @dataclass
 class AuditResult:
     engine: str
@@ -265,7 +276,7 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
     ctx = replace(ctx, state=AuditState())
     if factory is not None:
         ctx = replace(ctx, factory=factory)
-    names = list(BATTERY if checks is None else checks)
+    names = list(default_checks(engine) if checks is None else checks)
     if stop == "decisive":
         return _run_decisive(engine, ctx, names, extra, start, power_tv=power_tv, fail_fast=fail_fast,
                              first_round=first_round)
@@ -387,8 +398,15 @@ def prepare(engine, given: dict | None = None, *, progress=None, label=None, iso
     in this process (for debugging: a hang that holds the GIL cannot be stopped there). Call
     `Audit.run()` once: it closes the adapter when done."""
     from specverify.adapters.protocol import check_adapter
+    from specverify.server.audit import is_url, prepare_server
 
+    if is_url(engine):                 # an OpenAI-compatible server: the server level
+        return prepare_server(engine, given, progress=progress, label=label)
     given = dict(given or {})
+    for name in ("model", "plain_url"):
+        if given.get(name) is not None:
+            raise InputError(f"{label(name) if label else name} is for a server audit (an http://HOST:PORT/v1 "
+                             f"engine), not for {engine!r}")
     settings_mod.resolve(given, None, BATTERY, label)         # the user's own values, checked before any work
     instance = hasattr(engine, "capabilities") and not inspect.isclass(engine)
     if isinstance(engine, str):

@@ -109,6 +109,18 @@ def _flag(value, label, battery) -> bool:
     return value
 
 
+def _text_or_none(value, label, battery):
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise InputError(f"{label} {value!r}: must be a non-empty name")
+    return value
+
+
+def _url_or_none(value, label, battery):
+    if value is not None and (not isinstance(value, str) or not value.startswith(("http://", "https://"))):
+        raise InputError(f"{label} {value!r}: must be an http:// or https:// URL (e.g. http://127.0.0.1:8000/v1)")
+    return value
+
+
 def validate_checks(checks, battery, label: str = "checks") -> tuple | None:
     """None, or the named checks in the battery's order (duplicates removed); InputError on an
     unknown name or an empty selection."""
@@ -189,6 +201,15 @@ class Settings:
     fail_fast: bool = setting(False, check=_flag, context=False, door_default={"zoo": True, "option": True},
                               help="end the audit at its first failing row, naming it and listing what did not run",
                               default_text="off; the zoo and the pytest gate: on")
+
+    # the server level (`specverify audit http://HOST:PORT/v1`, `specverify.server.audit`)
+    model: str | None = setting(None, check=_text_or_none, metavar="NAME", doors=("audit", "option", "marker"), context=False,
+                                help="server audits: the model to ask the server for",
+                                default_text="the server's only model")
+    plain_url: str | None = setting(None, check=_url_or_none, metavar="URL", doors=("audit", "option", "marker"), context=False,
+                                    help="server audits: a plain (non-speculative) server of the same model, for "
+                                         "server.greedy_bitwise and server.spec_vs_plain",
+                                    default_text="none: those rows are not covered")
 
     def to_dict(self) -> dict:
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}

@@ -21,7 +21,7 @@ def test_each_row_runs_its_module_and_states_its_budget_there():
         module = sys.modules[f"specverify.checks.{c.name}"]
         assert c.run is module.run
         assert f"Budget (`--samples`): {c.budget}." in " ".join(module.__doc__.split()), c.name
-        assert c.kind in (checks.ONE_STEP, checks.WHOLE_RUN, checks.SEEDED, checks.REAL_VOCAB, checks.EXACT)
+        assert c.kind in (checks.ONE_STEP, checks.WHOLE_RUN, checks.SEEDED, checks.REAL_VOCAB, checks.EXACT, checks.SERVER)
 
 
 def test_describe_has_one_line_per_check_in_battery_order():
@@ -35,3 +35,17 @@ def test_groups_keep_shared_samples_together_and_long_checks_first():
     assert groups[:3] == [["bitwise"], ["transforms"], ["runs"]]
     assert ["marginal", "joint", "acceptance"] in groups
     assert sorted(n for g in groups for n in g) == sorted(BATTERY)
+
+
+def test_server_checks_run_by_default_only_against_a_server():
+    from specverify.audit import default_checks
+
+    class Adapter:
+        capabilities = {"chain"}
+
+    class Server:
+        capabilities = {"server"}
+
+    assert "server" not in default_checks(Adapter())
+    assert default_checks(Server()) == ["server"]
+    assert sorted(default_checks(Adapter()) + default_checks(Server())) == sorted(BATTERY)

@@ -17,7 +17,7 @@ from typing import Callable
 from specverify.battery.deviations import NOT_BITWISE, RANKS_DISAGREE
 
 from . import (acceptance, bitwise, composition, endpoints, far_tail, greedy, hostile, identity, joint, large_vocab,
-               marginal, processors, rank_agreement, reproducibility, rng_discipline, runs, transforms)
+               marginal, processors, rank_agreement, reproducibility, rng_discipline, runs, server, transforms)
 
 # what a check draws (Check.kind)
 ONE_STEP = "one-step"               # statistical rows of one verify step, on the shared one-step samples
@@ -25,6 +25,8 @@ WHOLE_RUN = "whole-run"             # statistical rows of whole runs (engine lev
 SEEDED = "seeded"                   # seeded-mode calls on fresh adapters: exact rows and one law row
 REAL_VOCAB = "real-vocabulary"      # one-step rows at real vocabulary sizes, sized by V (not by --samples)
 EXACT = "exact"                     # exact rows on fixed problems (no statistics)
+SERVER = "server"                   # rows of an OpenAI-compatible server over HTTP (`specverify audit URL`):
+                                    # run only against a server, and by default only there
 
 # what --samples (ctx.samples) means for a check (Check.budget)
 SHARED_ONESTEP = "samples one-step draws per (rule, problem), shared by marginal, joint and acceptance"
@@ -33,7 +35,7 @@ SHARED_ONESTEP = "samples one-step draws per (rule, problem), shared by marginal
 @dataclass(frozen=True)
 class Check:
     name: str
-    kind: str                       # ONE_STEP, WHOLE_RUN, SEEDED, REAL_VOCAB or EXACT
+    kind: str                       # ONE_STEP, WHOLE_RUN, SEEDED, REAL_VOCAB, EXACT or SERVER
     budget: str                     # what --samples means for this check
     run: Callable                   # run(engine, ctx) -> list[CheckResult]
     short: str                      # its column head in the zoo's matrix
@@ -80,6 +82,8 @@ TABLE = (
           "large_scale; --samples unused", large_vocab.run, "largeV", heavy=3),
     Check("far_tail", REAL_VOCAB, "6400 draws x large_scale; --samples unused", far_tail.run, "ftail", heavy=2),
     Check("hostile", EXACT, "exact rows on fixed hostile rows; --samples unused", hostile.run, "hostil"),
+    Check("server", SERVER, "samples // 20 runs per law row and per arm of spec_vs_plain (at least 500); fixed "
+          "prompts and tokens for greedy_bitwise and needle", server.run, "server"),
 )
 BY_NAME = {c.name: c for c in TABLE}
 NAMES = [c.name for c in TABLE]
@@ -91,4 +95,5 @@ def describe() -> str:
     return "\n".join(f"{c.name + ':':{width + 1}} {c.kind}, {c.budget}" for c in TABLE)
 
 
-__all__ = ["Check", "TABLE", "BY_NAME", "NAMES", "describe", "ONE_STEP", "WHOLE_RUN", "SEEDED", "REAL_VOCAB", "EXACT"]
+__all__ = ["Check", "TABLE", "BY_NAME", "NAMES", "describe", "ONE_STEP", "WHOLE_RUN", "SEEDED", "REAL_VOCAB", "EXACT",
+           "SERVER"]

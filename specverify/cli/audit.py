@@ -21,6 +21,8 @@ Exact checks (a zero-probability token emitted) fail outright.
 
 engines:
 """ + "".join(f"  {k:<26}{v}\n" if len(k) < 26 else f"  {k}\n  {'':<26}{v}\n" for k, v in described().items()) + """\
+  http://HOST:PORT/v1       an OpenAI-compatible completions server: the server level (--model,
+                            --plain-url; docs/server-level.md)
   pkg.module:factory        your adapter (see docs/adapter-protocol.md)
   path/to/file.py:factory   the same, from a file
 

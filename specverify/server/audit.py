@@ -1,0 +1,103 @@
+"""`specverify audit http://HOST:PORT/v1`: the server level of the audit.
+
+`is_url(engine)` tells a server apart from an adapter name. `prepare_server(url, given)` resolves
+the settings (the same `specverify.settings` as every audit; `model`, `plain_url` and `timeout` are the
+server's), probes the server (and the plain server) once, and returns a `ServerAudit` whose `run()`
+runs the server checks (`specverify.checks.server`, the check table's SERVER rows) through
+`specverify.audit.run_audit`, so Holm, not-covered and the result's layout are the battery's.
+What the server does not support is listed under not covered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from specverify.errors import InputError
+
+from .client import ServerClient
+
+URL_SCHEMES = ("http://", "https://")
+
+
+def is_url(engine) -> bool:
+    return isinstance(engine, str) and engine.startswith(URL_SCHEMES)
+
+
+class ServerEngine:
+    """The engine under audit at the server level: the spec server's client, the plain server's (or None)."""
+
+    capabilities = {"server"}
+
+    def __init__(self, client: ServerClient, plain: ServerClient | None):
+        self.client = client
+        self.plain = plain
+        self.support = client.probe()
+        self.vocab = None
+        from .models import parse_tiny
+        tiny = parse_tiny(client.model)
+        if tiny is not None:
+            self.vocab = tiny[0]
+        self.name = f"server {client.url} ({client.model})"
+        self.version = client.version()
+
+    def close(self):
+        pass
+
+    def kill(self):
+        pass
+
+
+@dataclass
+class ServerAudit:
+    engine: ServerEngine
+    ctx: object
+    settings: object
+    checks: list
+
+    @property
+    def spec(self) -> str:
+        """What reproduces the audit: the server's URL (`specverify audit URL`)."""
+        return self.engine.client.url
+
+    def run(self, extra=None, jobs: int = 1):
+        """Run the server checks (`jobs` is unused: the client keeps many requests in flight itself)."""
+        from specverify.audit import run_audit
+        result = run_audit(self.engine, self.ctx, self.checks, extra=extra, stop=self.settings.stop,
+                           power_tv=self.settings.power_tv, fail_fast=self.settings.fail_fast)
+        support = self.engine.support
+        for feature in support.missing():
+            result.not_covered[f"server: {feature}"] = support.why.get(feature) or "not supported"
+        if self.engine.plain is not None:
+            for feature in self.engine.plain.probe().missing():
+                result.not_covered[f"plain server: {feature}"] = self.engine.plain.support.why.get(feature) or "not supported"
+        return result
+
+
+def server_checks() -> list:
+    from specverify import checks
+    return [c.name for c in checks.TABLE if c.kind == checks.SERVER]
+
+
+def prepare_server(url: str, given: dict | None = None, *, progress=None, label=None) -> ServerAudit:
+    from specverify import settings as settings_mod
+    from specverify.audit import BATTERY
+    from specverify.battery.base import Context
+
+    given = dict(given or {})
+    s = settings_mod.resolve(given, None, BATTERY, label)
+    checks = list(s.checks) if s.checks is not None else server_checks()
+    wrong = [c for c in checks if c not in server_checks()]
+    if wrong:
+        raise InputError(f"check(s) {', '.join(wrong)} do not apply to a server URL; the server level runs "
+                         f"{', '.join(server_checks())}")
+    if s.plain_url is not None and not is_url(s.plain_url):
+        raise InputError(f"plain_url {s.plain_url!r}: must be an http:// or https:// URL")
+    client = ServerClient(url, s.model, s.timeout)
+    client.probe()                                  # names the model when the server serves only one
+    plain = None
+    if s.plain_url is not None:
+        plain = ServerClient(s.plain_url, client.model, s.timeout)
+        plain.probe()
+    engine = ServerEngine(client, plain)
+    ctx = Context(**settings_mod.context_values(s), progress=progress)
+    return ServerAudit(engine, replace(ctx), s, checks)

@@ -1,0 +1,362 @@
+"""The audit's client for any OpenAI-compatible completions server (the maintained `openai` package).
+
+`ServerClient(url, model, timeout)` sends completions and returns `Choice`s, whatever the server puts
+in them, checked: token ids (the choice's `token_ids`, vLLM's `return_token_ids`, or logprobs' tokens
+as "token_id:N" with `return_tokens_as_token_ids`), text, the chosen tokens' logprobs and their top
+entries, the finish reason. `probe()` finds out once what the server supports (`Support`): token-id
+prompts, returned ids, logprobs, seed (two seeded requests agree), n, n with a seed giving distinct
+choices, stop, stream, top_k; the checks skip what is missing and say so.
+
+`many(requests, in_flight)` keeps up to `in_flight` requests open at once on daemon threads, and
+gives up after `timeout` seconds per request wave (`--timeout`): a server that never answers, or
+trickles a response forever, cannot hang the audit (nor its exit: the threads are daemons).
+
+Every failure -- unreachable URL, HTTP 4xx/5xx, a body that is not a completions response, a stream
+that breaks, no answer in time -- is one `ServerError` line naming the URL (exit 2 on the CLI).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+from specverify.errors import AdapterError
+
+API_KEY = "specverify"            # servers without authentication ignore it; the openai client needs one
+TOKEN_ID_PREFIX = "token_id:"
+PROBE_PROMPT = (1, 2)             # token ids every vocabulary of >= 3 tokens has
+PROBE_TEXT = "Hello"
+PROBE_TOKENS = 8
+GRACE_S = 2.0                     # beyond --timeout, before a request that is still receiving is given up
+
+
+class ServerError(AdapterError):
+    """The server could not be audited: one line naming the URL and what went wrong."""
+
+
+class Unsupported(Exception):
+    """The server refused a request with a 4xx (a feature it does not offer)."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    index: int
+    text: str
+    ids: tuple | None             # token ids, when the server returns them
+    logprobs: tuple | None        # the chosen tokens' logprobs (floats as sent)
+    top: tuple | None             # per token {token: logprob} of its top entries
+    finish_reason: str | None
+
+
+@dataclass
+class Support:
+    """What a server offers, from `ServerClient.probe` ({feature: True/False}, `why` for each False)."""
+    features: dict = field(default_factory=dict)
+    why: dict = field(default_factory=dict)
+    ids_via: str | None = None    # "token_ids" | "token_id_strings" | None (text only)
+    prompt_kind: str = "ids"      # "ids" or "text"
+
+    def __getitem__(self, name):
+        return bool(self.features.get(name))
+
+    def missing(self) -> list:
+        return [k for k, v in self.features.items() if not v]
+
+    def to_dict(self) -> dict:
+        return {"features": dict(self.features), "why": dict(self.why), "ids_via": self.ids_via,
+                "prompt_kind": self.prompt_kind}
+
+
+def _fail(url: str, what: str) -> ServerError:
+    return ServerError(f"server {url}: {what}")
+
+
+def parse_choices(url: str, body) -> list:
+    """The `Choice`s of a completions response body (a dict), checked; ServerError if it is not one."""
+    if not isinstance(body, dict) or not isinstance(body.get("choices"), list):
+        raise _fail(url, f"not an OpenAI completions response (no choices list): {str(body)[:120]!r}")
+    out = []
+    for c in body["choices"]:
+        if not isinstance(c, dict) or not isinstance(c.get("text", ""), str) or not isinstance(c.get("index", 0), int):
+            raise _fail(url, f"not an OpenAI completions choice: {str(c)[:120]!r}")
+        ids = c.get("token_ids")
+        lp = c.get("logprobs")
+        logprobs = top = None
+        if lp is not None:
+            if not isinstance(lp, dict) or not isinstance(lp.get("token_logprobs"), list):
+                raise _fail(url, f"malformed logprobs in a choice: {str(lp)[:120]!r}")
+            logprobs = tuple(lp["token_logprobs"])
+            if not all(isinstance(x, (int, float)) for x in logprobs):
+                raise _fail(url, "logprobs that are not numbers")
+            top = tuple(lp.get("top_logprobs") or ()) or None
+            tokens = lp.get("tokens") or []
+            if ids is None and tokens and all(isinstance(t, str) and t.startswith(TOKEN_ID_PREFIX) for t in tokens):
+                ids = [int(t[len(TOKEN_ID_PREFIX):]) for t in tokens]
+        if ids is not None:
+            if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+                raise _fail(url, f"token_ids that are not a list of integers: {str(ids)[:120]!r}")
+            ids = tuple(ids)
+        out.append(Choice(int(c.get("index", 0)), c.get("text", ""), ids, logprobs, top, c.get("finish_reason")))
+    return sorted(out, key=lambda c: c.index)
+
+
+class ServerClient:
+    """One OpenAI-compatible server. `timeout`: seconds one request (or one wave in `many`) may take."""
+
+    def __init__(self, url: str, model: str | None = None, timeout: float = 120.0):
+        try:
+            import openai
+        except ImportError:
+            from specverify.errors import InputError
+            raise InputError("auditing a server needs the openai client: pip install 'specverify[server]'") from None
+
+        self.url = url.rstrip("/")
+        self.timeout = float(timeout)
+        self.openai = openai
+        self.client = openai.OpenAI(base_url=self.url, api_key=API_KEY, timeout=self.timeout, max_retries=0)
+        self.model = model
+        self.support: Support | None = None
+        self.extra: dict = {}          # the extra body fields that make the server return token ids
+
+    # -- one request ---------------------------------------------------------------------------------
+    def _call(self, fn):
+        """fn() on a daemon thread, given --timeout (+ GRACE_S) to finish: a response that trickles
+        forever defeats the client's per-read timeouts, not this one. Every failure -> ServerError,
+        a 4xx a feature may explain -> Unsupported."""
+        box: dict = {}
+
+        def target():
+            try:
+                box["value"] = fn()
+            except BaseException as exc:           # noqa: BLE001 - handed to the caller's thread
+                box["error"] = exc
+
+        thread = threading.Thread(target=target, daemon=True, name="specverify-request")
+        thread.start()
+        thread.join(self.timeout + GRACE_S)
+        if thread.is_alive():
+            raise _fail(self.url, f"no complete answer within --timeout {self.timeout:g} s")
+        if "error" not in box:
+            return box["value"]
+        o = self.openai
+        try:
+            raise box["error"]
+        except o.APITimeoutError:
+            raise _fail(self.url, f"no response within --timeout {self.timeout:g} s") from None
+        except o.APIConnectionError as exc:
+            cause = exc.__cause__ or exc
+            raise _fail(self.url, f"cannot connect ({type(cause).__name__}: {str(cause)[:120]})") from None
+        except o.APIStatusError as exc:
+            if 400 <= exc.status_code < 500 and exc.status_code not in (401, 403, 404):
+                raise Unsupported(f"HTTP {exc.status_code}: {_message(exc)}") from None
+            raise _fail(self.url, f"HTTP {exc.status_code}: {_message(exc)}") from None
+        except (o.APIError, json.JSONDecodeError, ValueError, TypeError, KeyError) as exc:
+            raise _fail(self.url, f"not an OpenAI completions response ({type(exc).__name__}: {str(exc)[:120]})") from None
+
+    def models(self) -> list:
+        page = self._call(lambda: self.client.models.list())
+        ids = [getattr(m, "id", None) for m in getattr(page, "data", None) or []]
+        if not ids or not all(isinstance(i, str) for i in ids):
+            raise _fail(self.url, "GET /models lists no models (not an OpenAI-compatible server?)")
+        return ids
+
+    def version(self) -> str | None:
+        """The server's /version (vLLM, our server), if it has one."""
+        import httpx
+        root = self.url[:-3] if self.url.endswith("/v1") else self.url
+        try:
+            r = httpx.get(root + "/version", timeout=min(self.timeout, 10.0))
+            if r.status_code == 200:
+                v = r.json()
+                return json.dumps(v, sort_keys=True) if isinstance(v, dict) else str(v)
+        except (httpx.HTTPError, ValueError):
+            return None
+        return None
+
+    def complete(self, prompt, *, max_tokens: int, temperature: float = 1.0, n: int = 1, seed: int | None = None,
+                 logprobs: int | None = None, stop=None, top_p: float | None = None, top_k: int | None = None,
+                 stream: bool = False, extra: dict | None = None) -> list:
+        """One completion request; its choices (`Choice`), in index order. Unsupported on a 4xx."""
+        kw = dict(model=self.model, prompt=list(prompt) if not isinstance(prompt, str) else prompt,
+                  max_tokens=max_tokens, temperature=temperature)
+        for name, value in (("n", n if n != 1 else None), ("seed", seed), ("logprobs", logprobs), ("stop", stop),
+                            ("top_p", top_p)):
+            if value is not None:
+                kw[name] = value
+        body = dict(self.extra if extra is None else extra)
+        if top_k is not None:
+            body["top_k"] = top_k
+        if body:
+            kw["extra_body"] = body
+        if stream:
+            return self._stream(kw)
+        raw = self._call(lambda: self.client.completions.with_raw_response.create(**kw))
+        try:
+            data = raw.http_response.json()
+        except ValueError:
+            raise _fail(self.url, f"a completions response that is not JSON: {raw.http_response.text[:120]!r}") from None
+        choices = parse_choices(self.url, data)
+        want = n * (1 if isinstance(prompt, str) or not prompt or isinstance(prompt[0], int) else len(prompt))
+        if len(choices) != want:
+            raise _fail(self.url, f"asked for {want} choices, got {len(choices)}")
+        return choices
+
+    def _stream(self, kw) -> list:
+        def run():
+            acc: dict = {}
+            for chunk in self.client.completions.create(stream=True, **kw):
+                data = chunk.model_dump() if hasattr(chunk, "model_dump") else chunk
+                for c in parse_choices(self.url, data if isinstance(data, dict) else {}):
+                    a = acc.setdefault(c.index, {"text": "", "ids": [], "lp": [], "top": [], "finish": None,
+                                                 "has_ids": False, "has_lp": False})
+                    a["text"] += c.text
+                    if c.ids is not None:
+                        a["ids"] += c.ids
+                        a["has_ids"] = True
+                    if c.logprobs is not None:
+                        a["lp"] += c.logprobs
+                        a["top"] += list(c.top or ())
+                        a["has_lp"] = True
+                    a["finish"] = c.finish_reason or a["finish"]
+            return [Choice(i, a["text"], tuple(a["ids"]) if a["has_ids"] else None,
+                           tuple(a["lp"]) if a["has_lp"] else None, tuple(a["top"]) or None, a["finish"])
+                    for i, a in sorted(acc.items())]
+        return self._call(run)
+
+    # -- many requests -------------------------------------------------------------------------------
+    def many(self, requests: list, in_flight: int = 16) -> list:
+        """`complete(**r)` for every r in `requests`, up to `in_flight` open at once; results in order.
+        A request not answered within --timeout (counted from when it was sent) ends the audit."""
+        todo: queue.SimpleQueue = queue.SimpleQueue()
+        for i, r in enumerate(requests):
+            todo.put((i, r))
+        done: queue.SimpleQueue = queue.SimpleQueue()
+        started: dict = {}
+
+        def work():
+            while True:
+                try:
+                    i, r = todo.get_nowait()
+                except queue.Empty:
+                    return
+                started[i] = time.monotonic()
+                try:
+                    done.put((i, self.complete(**r), None))
+                except Unsupported as exc:         # after the probe, a refusal is the server's failure
+                    done.put((i, None, _fail(self.url, f"refused a request it was probed to support: {exc}")))
+                except BaseException as exc:       # noqa: BLE001 - handed to the caller's thread
+                    done.put((i, None, exc))
+
+        threads = [threading.Thread(target=work, daemon=True, name="specverify-client")
+                   for _ in range(max(1, min(in_flight, len(requests))))]
+        for t in threads:
+            t.start()
+        out: list = [None] * len(requests)
+        for _ in range(len(requests)):
+            while True:
+                try:
+                    i, res, exc = done.get(timeout=0.2)
+                    break
+                except queue.Empty:
+                    now = time.monotonic()
+                    if any(now - s > self.timeout + 5.0 for j, s in list(started.items()) if out[j] is None):
+                        raise _fail(self.url, f"a request got no complete answer within --timeout {self.timeout:g} s")
+            if exc is not None:
+                raise exc
+            out[i] = res
+        return out
+
+    # -- what the server supports --------------------------------------------------------------------
+    def probe(self) -> Support:
+        """Find out what the server supports (once); ServerError when it cannot serve even a plain request."""
+        if self.support is not None:
+            return self.support
+        s = Support()
+        models = self.models()
+        if self.model is None:
+            if len(models) != 1:
+                raise _fail(self.url, f"serves {len(models)} models ({', '.join(models[:5])}); name one with --model")
+            self.model = models[0]
+        elif self.model not in models:
+            raise _fail(self.url, f"does not serve model {self.model!r}; it serves {', '.join(models[:5])}")
+        prompt = self._probe_prompt(s)
+        self._probe_ids(s, prompt)
+
+        def feature(name, fn, why_not):
+            try:
+                ok = fn()
+            except Unsupported as exc:
+                s.features[name], s.why[name] = False, str(exc)
+                return
+            s.features[name] = bool(ok)
+            if not ok:
+                s.why[name] = why_not
+
+        base = dict(max_tokens=PROBE_TOKENS, temperature=0.0)
+        feature("logprobs", lambda: _has_logprobs(self.complete(prompt, logprobs=2, **base)),
+                "no logprobs in the choices")
+        feature("seed", lambda: _same(self.complete(prompt, max_tokens=PROBE_TOKENS, seed=1234),
+                                      self.complete(prompt, max_tokens=PROBE_TOKENS, seed=1234)),
+                "two requests with the same seed differ")
+        feature("n", lambda: len(self.complete(prompt, n=2, **base)) == 2, "n=2 did not give 2 choices")
+        feature("n_seeded_distinct", lambda: s["n"] and len({_key(c) for c in self.complete(
+            prompt, max_tokens=PROBE_TOKENS, n=8, seed=4321)}) > 1, "n choices of one seeded request are identical")
+        feature("stop", lambda: self.complete(prompt, stop=["\n\n"], **base) is not None, "")
+        feature("top_k", lambda: self.complete(prompt, top_k=1, **base) is not None, "")
+        feature("stream", lambda: [_key(c) for c in self.complete(prompt, stream=True, **base)] ==
+                [_key(c) for c in self.complete(prompt, **base)], "a streamed greedy answer differs from the plain one")
+        self.support = s
+        return s
+
+    def _probe_prompt(self, s: Support):
+        try:
+            self.complete(PROBE_PROMPT, max_tokens=1, temperature=0.0, extra={})
+            s.features["token_id_prompts"] = True
+            return PROBE_PROMPT
+        except Unsupported as exc:
+            s.features["token_id_prompts"], s.why["token_id_prompts"] = False, str(exc)
+        s.prompt_kind = "text"
+        try:
+            self.complete(PROBE_TEXT, max_tokens=1, temperature=0.0, extra={})
+        except Unsupported as exc:
+            raise _fail(self.url, f"refuses both a token-id and a text prompt ({exc})") from None
+        return PROBE_TEXT
+
+    def _probe_ids(self, s: Support, prompt) -> None:
+        for via, extra, lp in (("token_ids", {"return_token_ids": True}, None),
+                               ("token_id_strings", {"return_tokens_as_token_ids": True}, 0)):
+            try:
+                got = self.complete(prompt, max_tokens=PROBE_TOKENS, temperature=0.0, logprobs=lp, extra=extra)
+            except Unsupported:
+                continue
+            if all(c.ids is not None for c in got):
+                s.ids_via, self.extra = via, extra
+                s.features["token_ids"] = True
+                return
+        s.features["token_ids"], s.why["token_ids"] = False, "returns no token ids (compared as text)"
+
+
+def _message(exc) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])[:200]
+    return str(getattr(exc, "message", exc))[:200]
+
+
+def _key(c: Choice):
+    return c.ids if c.ids is not None else c.text
+
+
+def _same(a: list, b: list) -> bool:
+    return [_key(c) for c in a] == [_key(c) for c in b]
+
+
+def _has_logprobs(choices: list) -> bool:
+    return all(c.logprobs is not None and all(math.isfinite(x) or x == -math.inf for x in c.logprobs)
+               for c in choices)

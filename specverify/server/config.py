@@ -1,0 +1,21 @@
+"""What `specverify serve` was asked for: a light module (no torch, no FastAPI), so that the command
+line can register `serve` without importing the engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+VARIANT_NAMES = ("exact", "recovered-from-p")     # `variants.VARIANTS`, in this order
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    model: str = "tiny:4,7"
+    spec: str = "ngram:3"           # "none", "ngram[:N]", "draft[:LAYERS]", "uniform", "skewed"
+    kappa: int = 3
+    max_batch: int = 64
+    max_context: int = 512
+    block_size: int = 16
+    seed: int = 0
+    backend: str = "default"
+    variant: str = "exact"

