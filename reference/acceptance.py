@@ -134,6 +134,17 @@ class RunAcceptanceLaw:
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(drafted > 0, hit / np.where(drafted > 0, drafted, 1.0), np.nan)
 
+    def e_range(self, n: int, level: float) -> tuple:
+        """The central 1 - `level` range of E observed over n runs, 1 + sum A / sum N, under this law: by
+        the delta method, E_hat - E ~ mean(D) / E[N] with D = A - (E - 1) N per run (mean 0), so
+        E +- z_{1 - level/2} sd(D) / (E[N] sqrt(n)). Normal approximation (the counters' ratio has no
+        closed-form law; the totals test itself is exact)."""
+        from scipy.stats import norm
+
+        d = self.accepted() - (self.E - 1.0) * self.verifies()
+        half = norm.isf(level / 2.0) * float(np.sqrt((d ** 2 * self.probs).sum() / n)) / self.mean_verifies
+        return self.E - half, self.E + half
+
     def step_law(self) -> np.ndarray:
         """The law of m (accepted drafts) of a verify step, steps weighted by their expected number per
         run: float64 [kappa + 1]."""

@@ -131,8 +131,9 @@ def deviation_of(rows: list[CheckResult]) -> dict | None:
     out = {"kind": kind, "text": KIND_TEXT[kind], "rows": len(failed)}
     if speed and speed[0]:
         a = speed[0]
-        out["acceptance"] = {k: a[k] for k in ("E_observed", "E_exact", "E_range", "range_level", "kappa", "c",
-                                               "S_observed", "S_exact", "speedup_loss", "break_even_E", "direction")}
+        out["acceptance"] = {k: a[k] for k in ("E_observed", "E_observed_ci", "E_exact", "E_range", "range_level",
+                                               "kappa", "c", "S_observed", "S_exact", "speedup_loss", "break_even_E",
+                                               "direction") if k in a}
         if kind in (EXACT_BUT_SLOW, ACCEPT_ABOVE):
             out["text"] += (f": E {a['E_observed']:.3f} vs exact {a['E_exact']:.3f}, speed-up S = E/(1 + kappa c) "
                             f"{a['S_observed']:.2f} vs {a['S_exact']:.2f} at kappa {a['kappa']}, c {a['c']:g}")

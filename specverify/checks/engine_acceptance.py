@@ -25,8 +25,10 @@ without one the check runs nothing and says why, listed under not covered):
     engine.acceptance_greedy[...]     temperature 0: the drafts and the verdicts are deterministic, so
                                       every run has the same trace (exact row).
 
-Every row reports E observed against the exact E with the exact law's central range at the audit's
-alpha, and what the difference costs: S = E / (1 + kappa c) at c = `reference.acceptance.C_DRAFT`
+Every row reports E observed (with its own confidence interval where the engine gives traces) against
+the exact E and the range E observed over n runs keeps under the exact law, both at the audit's alpha
+(delta method on the ratio 1 + accepted / verifies; the row's test itself is the trace law's or the
+exact sum law's), and what the difference costs: S = E / (1 + kappa c) at c = `reference.acceptance.C_DRAFT`
 (`data["acceptance"]`). A failing row says whether acceptance is below the exact law (the audit's
 deviation kind `exact-but-slow` when whole runs pass) or above it (impossible for an exact token-wise
 verifier with this draft: the counters, the drafts or the rule are not what the engine says).
@@ -55,6 +57,7 @@ MIN_RUNS = 2000
 RUNS_DIVISOR = 10
 GREEDY_RUNS = 256
 TRACE_KEY = "verify_counts"
+TRANSFORM = Transform(temperature=0.7)      # not 1: a transform applied to one model only changes acceptance
 BELOW, ABOVE = "below", "above"
 
 
@@ -91,10 +94,10 @@ class Observed:
 def summary(law: law_mod.RunAcceptanceLaw, obs: Observed, level: float) -> dict:
     """E observed vs exact, the exact law's central range of E at `level`, and the speed-up they give."""
     test = law_mod.total_test(law, obs.accepted, obs.n, level)
-    per = obs.verifies if obs.verifies else obs.n * law.mean_verifies
     e_exact, kappa, c = law.E, law.kappa, law_mod.C_DRAFT
+    lo, hi = law.e_range(obs.n, level)
     s_obs, s_exact = law_mod.speedup(obs.E, kappa, c), law_mod.speedup(e_exact, kappa, c)
-    return {"E_observed": obs.E, "E_exact": e_exact, "E_range": [1.0 + test.low / per, 1.0 + test.high / per],
+    return {"E_observed": obs.E, "E_exact": e_exact, "E_range": [lo, hi],
             "range_level": level, "accepted_observed": obs.accepted, "accepted_exact": test.mean,
             "verifies": obs.verifies, "verifies_observed": obs.verifies_observed, "runs": obs.n,
             "r_observed": obs.r, "r_exact": [float(x) for x in law.r()], "direction": test.direction,
@@ -105,7 +108,9 @@ def summary(law: law_mod.RunAcceptanceLaw, obs: Observed, level: float) -> dict:
 
 def describe(acc: dict) -> str:
     lo, hi = acc["E_range"]
-    return (f"E {acc['E_observed']:.4f} vs exact {acc['E_exact']:.4f} (exact law's range [{lo:.4f}, {hi:.4f}] "
+    ci = acc.get("E_observed_ci")
+    own = f" (CI [{ci[0]:.4f}, {ci[1]:.4f}])" if ci else ""
+    return (f"E {acc['E_observed']:.4f}{own} vs exact {acc['E_exact']:.4f} (exact law's range [{lo:.4f}, {hi:.4f}] "
             f"at {acc['range_level']:g}); S = E/(1 + kappa c) at c = {acc['c']:g}: {acc['S_observed']:.3f} vs "
             f"{acc['S_exact']:.3f}")
 
@@ -126,6 +131,7 @@ def trace_row(name: str, traces, law: law_mod.RunAcceptanceLaw, seconds: float, 
     obs = Observed(n, sum(m for t in runs for _, m in t), float(sum(len(t) for t in runs)), True,
                    observed_r(runs, law.kappa))
     acc = summary(law, obs, ctx.alpha)
+    acc["E_observed_ci"] = ci_of(runs, ctx.alpha)
     index = law.index()
     bad = [t for t in runs if t not in index]
     if bad:
@@ -169,6 +175,19 @@ def total_row(name: str, info: dict, n: int, law: law_mod.RunAcceptanceLaw, seco
                        power_fn=lambda level: total_power(law, n, level, ctx.power))
 
 
+def ci_of(traces, level: float) -> list:
+    """The observed E's central 1 - `level` confidence interval from the runs' own traces (delta method
+    on the ratio 1 + sum A / sum N of independent runs)."""
+    a = np.array([sum(m for _, m in t) for t in traces], np.float64)
+    v = np.array([len(t) for t in traces], np.float64)
+    if v.sum() == 0 or len(traces) < 2:
+        return [float("nan"), float("nan")]
+    e = 1.0 + a.sum() / v.sum()
+    d = a - (e - 1.0) * v
+    half = float(sps.norm.isf(level / 2.0) * d.std(ddof=1) / math.sqrt(len(traces)) / v.mean())
+    return [e - half, e + half]
+
+
 def greedy_row(engine, ctx, target, draft, schedule: str) -> CheckResult:
     """Temperature 0: every run has the one trace of the exact (deterministic) law."""
     name = f"engine.acceptance_greedy[toy V={SETUP.vocab} L={SETUP.length} kappa={SETUP.kappa}, {schedule}]"
@@ -205,7 +224,7 @@ def greedy_row(engine, ctx, target, draft, schedule: str) -> CheckResult:
 
 def run(engine, ctx) -> list[CheckResult]:
     caps = set(getattr(engine, "capabilities", ()))
-    base = f"toy V={SETUP.vocab} L={SETUP.length} kappa={SETUP.kappa}"
+    base = f"toy V={SETUP.vocab} L={SETUP.length} kappa={SETUP.kappa} temperature={TRANSFORM.temperature:g}"
     if "engine" not in caps or not hasattr(engine, "generate"):
         return [CheckResult(f"engine.acceptance[{base}]", SKIP, exact=True,
                             detail="not an engine-level adapter (no generate)")]
@@ -216,7 +235,7 @@ def run(engine, ctx) -> list[CheckResult]:
                                    f"the acceptance law depends on how many drafts each step makes",
                             data={"not_covered": ["draft_schedule"]})]
     target, draft = harness.models(engine, SETUP, ctx)
-    transform = Transform()
+    transform = TRANSFORM
     law = exact_law(target, draft, transform, schedule, ctx)
     n = runs_of(ctx)
     seed = int(ctx.draws("engine_acceptance", "law").integers(2**31))
