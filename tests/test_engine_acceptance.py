@@ -120,3 +120,15 @@ def test_decisive_audits_decide_the_acceptance_rows_by_e_process():
 def test_budget_follows_samples():
     assert engine_acceptance.runs_of(Context(samples=1000)) == 2000
     assert engine_acceptance.runs_of(Context(samples=100_000)) == 10_000
+
+
+def test_an_unknown_draft_schedule_is_an_adapter_error():
+    from specverify.adapters.protocol import check_adapter
+    from specverify.errors import AdapterError
+
+    class Sometimes(ReferenceEngine):
+        draft_schedule = "sometimes"
+
+    with pytest.raises(AdapterError, match="draft_schedule 'sometimes' is not one of fixed, capped"):
+        check_adapter(Sometimes(), "adapter 'x'")
+    check_adapter(ReferenceEngine(), "adapter 'reference'")
