@@ -209,6 +209,56 @@ def run_acceptance_law(target, draft, prompt=(), kappa: int = 2, length: int = 4
     return RunAcceptanceLaw(traces, np.array([law[t] for t in traces], np.float64), int(kappa), int(length), schedule)
 
 
+# ----------------------------------------------------------------------------- drafters without a model
+
+class LookupDrafter:
+    """Prompt lookup as a draft "model" whose drafts are a function of the context: after a prefix, the
+    token that followed the latest earlier occurrence of its last n tokens (n = n_max .. 1), else
+    `fallback`; its row q is one-hot there (probability 1), so the chain rule accepts it with p(x).
+    It has the toy model's interface (`probs`, `probs_at`, `logits_at`, `table`), so the reference
+    engine drafts with it and `run_acceptance_law` computes its law, like any draft model's.
+
+    Worked example (n_max 2): after (1, 2, 3, 1, 2) the last two tokens (1, 2) occurred at 0, followed
+    by 3: it drafts 3; then after (1, 2, 3, 1, 2, 3), (2, 3) occurred at 1, followed by 1."""
+
+    def __init__(self, vocab_size: int, n_max: int = 2, fallback: int = 0):
+        self.vocab_size, self.n_max, self.fallback = int(vocab_size), int(n_max), int(fallback)
+
+    @property
+    def law_key(self) -> tuple:
+        return ("lookup", self.vocab_size, self.n_max, self.fallback)
+
+    def propose(self, prefix) -> int:
+        seq = tuple(int(t) for t in prefix)
+        for n in range(min(self.n_max, len(seq) - 1), 0, -1):
+            pattern = seq[len(seq) - n:]
+            for start in range(len(seq) - n - 1, -1, -1):
+                if seq[start:start + n] == pattern:
+                    return seq[start + n]
+        return self.fallback
+
+    def logits_at(self, index) -> np.ndarray:
+        from .tabulated import prefix_of
+
+        index = np.asarray(index, np.int64).reshape(-1)
+        out = np.full((index.size, self.vocab_size), -np.inf)
+        for r, i in enumerate(index):
+            out[r, self.propose(prefix_of(int(i), self.vocab_size))] = 0.0
+        return out
+
+    def probs_at(self, index, transform: Transform | None = None) -> np.ndarray:
+        from .transforms import apply
+        return apply(self.logits_at(index), transform)
+
+    def probs(self, prefix, transform: Transform | None = None) -> np.ndarray:
+        from .toy import prefix_index
+        return self.probs_at(np.array([prefix_index(tuple(prefix), self.vocab_size)]), transform)[0]
+
+    def table(self, max_len: int, transform: Transform | None = None) -> np.ndarray:
+        n = (self.vocab_size ** (max_len + 1) - 1) // (self.vocab_size - 1)
+        return self.probs_at(np.arange(n), transform)
+
+
 # ----------------------------------------------------------------------------- sums of runs
 
 def sum_pmf(pmf, n: int) -> np.ndarray:
@@ -258,5 +308,5 @@ def total_test(law: RunAcceptanceLaw, observed: int, n: int, level: float = 1e-3
     return TotalTest(s, n, n * law.mean_accepted, p, low, min(high, pmf.size - 1), level)
 
 
-__all__ = ["FIXED", "CAPPED", "SCHEDULES", "C_DRAFT", "RunAcceptanceLaw", "run_acceptance_law", "drafts_at",
+__all__ = ["LookupDrafter", "FIXED", "CAPPED", "SCHEDULES", "C_DRAFT", "RunAcceptanceLaw", "run_acceptance_law", "drafts_at",
            "speedup", "sum_pmf", "total_test", "TotalTest", "check_schedule"]

@@ -113,3 +113,22 @@ def test_greedy_runs_all_have_the_one_exact_trace():
     assert len(law.traces) == 1 and law.probs[0] == pytest.approx(1.0)
     _, info = SpecEngine().generate(target, draft, (1,), 2, Transform(temperature=0.0), 0, 64, 4)
     assert {tuple(tuple(s) for s in x) for x in info["verify_counts"]} == {law.traces[0]}
+
+
+def test_prompt_lookup_drafts_a_function_of_the_context():
+    from specverify.reference.acceptance import LookupDrafter
+    drafter = LookupDrafter(4, n_max=2)
+    assert [drafter.propose(s) for s in [(1, 2, 3, 1, 2), (1, 2, 3, 1, 2, 3), (1,), (2, 2)]] == [3, 1, 0, 2]
+    row = drafter.probs((1, 2, 3, 1, 2), Transform(temperature=0.7))
+    assert row.tolist() == [0.0, 0.0, 0.0, 1.0]
+
+
+@pytest.mark.parametrize("transform", [Transform(), Transform(temperature=0.7)])
+def test_the_law_of_a_prompt_lookup_drafter_matches_the_reference_engine(transform):
+    from specverify.reference.acceptance import LookupDrafter
+    target, drafter = ToyModel(4, 123, scale=1.5, zero_frac=0.2), LookupDrafter(4, n_max=2)
+    law = run_acceptance_law(target, drafter, (1, 2, 1), kappa=2, length=4, transform=transform, schedule=FIXED)
+    assert len(law.traces) > 1
+    _, info = SpecEngine().generate(target, drafter, (1, 2, 1), 2, transform, 5, RUNS, 4)
+    assert stats.pearson(trace_counts(law, info["verify_counts"]), law.probs).p_value > LEVEL
+    assert total_test(law, info["num_accepted"], RUNS, LEVEL).p_value > LEVEL
