@@ -132,3 +132,12 @@ def test_an_unknown_draft_schedule_is_an_adapter_error():
     with pytest.raises(AdapterError, match="draft_schedule 'sometimes' is not one of fixed, capped"):
         check_adapter(Sometimes(), "adapter 'x'")
     check_adapter(ReferenceEngine(), "adapter 'reference'")
+
+
+def test_decisive_totals_rows_spend_their_level_per_round():
+    good = run_audit(TotalsOnly(), Context(samples=8000), ["engine_acceptance"], stop="decisive", power_tv=0.2)
+    assert good.verdict == "pass", [(r.name, r.detail) for r in good.checks]
+    total = acceptance_rows(good)[0]
+    assert "totals" in total.name and total.data["sequential"]["kind"] == "p-value"
+    high = run_audit(Inflated(), Context(samples=8000), ["engine_acceptance"], stop="decisive", power_tv=0.2)
+    assert high.verdict == "fail" and acceptance_rows(high)[0].data["sequential"]["decision"] == "REJECTED"
