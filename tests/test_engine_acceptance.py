@@ -9,6 +9,7 @@ totals row); the planted bugs move E by 0.28 (toy engine) and 0.51 (our engine),
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from specverify.adapters.reference import ReferenceEngine
@@ -141,3 +142,36 @@ def test_decisive_totals_rows_spend_their_level_per_round():
     assert "totals" in total.name and total.data["sequential"]["kind"] == "p-value"
     high = run_audit(Inflated(), Context(samples=8000), ["engine_acceptance"], stop="decisive", power_tv=0.2)
     assert high.verdict == "fail" and acceptance_rows(high)[0].data["sequential"]["decision"] == "REJECTED"
+
+
+class ShiftedVocabDraft:
+    """A draft model whose ids are mapped to the wrong target ids (id + 1 mod V): its rows, drafts and q
+    all in the shifted ids, so the verifier still gets the q each draft was drawn from."""
+
+    def __init__(self, model):
+        self.model, self.vocab_size = model, model.vocab_size
+        self.perm = (np.arange(self.vocab_size) - 1) % self.vocab_size     # new id j <- old id j - 1
+
+    def probs_at(self, index, transform=None):
+        return self.model.probs_at(index, transform)[:, self.perm]
+
+    def table(self, max_len, transform=None):
+        return self.model.table(max_len, transform)[:, self.perm]
+
+
+class VocabMisaligned(ReferenceEngine):
+    """The reference engine with the draft's vocabulary mapped to the wrong target ids."""
+
+    name = "reference-draft-vocab-misaligned"
+    capabilities = {"engine"}
+
+    def generate(self, target, draft, prompt, kappa, transform, seed, n, length, processors=None):
+        return super().generate(target, ShiftedVocabDraft(draft), prompt, kappa, transform, seed, n, length, processors)
+
+
+def test_a_draft_vocabulary_mapped_to_the_wrong_ids_is_exact_but_slow_greedy_and_sampled():
+    result = run_audit(VocabMisaligned(), Context(samples=20_000), CHECKS)
+    assert [r.verdict for r in result.checks if r.check == "runs"] == ["pass", "pass"]     # the output is exact
+    rows = {r.name.split("[")[0]: r for r in acceptance_rows(result)}
+    assert rows["engine.acceptance"].verdict == "fail" and rows["engine.acceptance_greedy"].verdict == "fail"
+    assert result.deviation["kind"] == "exact-but-slow", result.deviation
