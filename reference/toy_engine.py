@@ -15,7 +15,9 @@ Each run starts from `prompt` and repeats one speculative step until it has `len
 
 Randomness: one numpy Generator seeded by `seed` draws, per step, the draft tokens' uniforms, then the
 acceptance and final coins of the batch. `info` counts {"num_steps", "num_drafted", "num_accepted"}
-over all runs (an accepted draft is every emitted token of a step but the last).
+over all runs (an accepted draft is every emitted token of a step but the last), and gives each run's
+verify steps in order as "verify_counts": [n] lists of (drafted, accepted) pairs (the trace whose exact
+law is `reference.acceptance.run_acceptance_law` with schedule "fixed").
 
 Distributions come from a per-(model, transform) table of every prefix up to the longest one a correct
 engine can see (cheap for the toy vocabularies), and from the model directly beyond it. The mutants
@@ -79,6 +81,7 @@ class SpecEngine:
     name = "toy-engine"
     version = __version__
     capabilities = {"engine"}
+    draft_schedule = "fixed"         # every step drafts kappa (`reference.acceptance.FIXED`)
 
     def __init__(self, verify=None):
         self._verify = verify if verify is not None else fast.verify_batch
@@ -128,6 +131,8 @@ class SpecEngine:
         t_ctx = _Contexts(n, prompt, vocab)
         d_ctx = _Contexts(n, prompt, vocab)
         info = {"num_steps": 0, "num_drafted": 0, "num_accepted": 0}
+        traces: list = [[] for _ in range(n)]
+        info["verify_counts"] = traces
         live = np.arange(n)
         while live.size:
             m = live.size
@@ -164,6 +169,8 @@ class SpecEngine:
             info["num_steps"] += m
             info["num_drafted"] += m * kappa
             info["num_accepted"] += int((n_emit - 1).sum())
+            for r, a in zip(live.tolist(), (n_emit - 1).tolist()):
+                traces[r].append((kappa, a))
             width = out.shape[1]
             cols = done_len[live][:, None] + np.arange(width)[None, :]
             ok = out != PAD
@@ -250,6 +257,8 @@ class SpecEngine:
         t_ctx = _Contexts(n, prompt, vocab)
         d_ctx = _Contexts(n, prompt, vocab)
         info = {"num_steps": 0, "num_drafted": 0, "num_accepted": 0}
+        traces: list = [[] for _ in range(n)]
+        info["verify_counts"] = traces
         live = np.arange(n)
         while live.size:
             m = live.size
@@ -286,6 +295,8 @@ class SpecEngine:
             info["num_steps"] += m
             info["num_drafted"] += m * kappa
             info["num_accepted"] += int((n_verified - 1).sum())
+            for r, a in zip(live.tolist(), (n_verified - 1).tolist()):
+                traces[r].append((kappa, a))
             if settings.grammar is not None:
                 gstate[live] = self.grammar_commit(settings.grammar, g, drafts, out)
             out, stop = self.cut_at_stop(out, settings.stop_tokens)

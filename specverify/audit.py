@@ -25,6 +25,7 @@ from .isolation import AdapterHandle, open_adapter
 from .battery.base import CheckResult, Context
 from .battery.state import AuditState
 from .battery.deviations import BIASED, CONTRACT, KIND_TEXT, NOT_BITWISE, OTHER_RULE, RANKS_DISAGREE  # noqa: F401
+from .battery.deviations import ACCEPT_ABOVE, EXACT_BUT_SLOW, SPEED_CHECKS
 from .verdicts import ERROR, FAIL, PASS, SKIP, WARN
 
 # the checks of the battery, in the order they run (`specverify.checks.TABLE`)
@@ -111,7 +112,11 @@ def deviation_of(rows: list[CheckResult]) -> dict | None:
     `rank_agreement` rows failed (the table's `fails_as`). exact-other-rule: every failing row is a one-step joint law
     (`joint`, the seeded `*.joint` law), an acceptance rate or the identity draft, and the whole-run
     law rows (`runs`, `transforms`) ran and passed -- the output stream is exact, the rule accepts
-    less than the chain rule (sample-match verification is the classic case). Anything else: biased."""
+    less than the chain rule (sample-match verification is the classic case). exact-but-slow /
+    acceptance-above-exact: as exact-other-rule, but every failing row is the engine's acceptance law
+    (`engine_acceptance`) or the identity draft, and the acceptance rows say below / above the exact law
+    (`data["acceptance"]["direction"]`; the deviation carries E observed vs exact and the speed-up
+    S = E / (1 + kappa c) both give). Anything else: biased."""
     failed = [r for r in rows if r.verdict in (FAIL, ERROR)]
     if not failed:
         return None
@@ -125,12 +130,25 @@ def deviation_of(rows: list[CheckResult]) -> dict | None:
         one_step = all(_flag(r.check, "rule_only") or (r.check == "reproducibility" and ".joint[" in r.name)
                        for r in failed)
         kind = OTHER_RULE if one_step and runs and all(r.verdict == PASS for r in runs) else BIASED
+    speed = [(r.data or {}).get("acceptance") for r in failed if r.check == "engine_acceptance"]
+    if kind == OTHER_RULE and speed and all(r.check in SPEED_CHECKS for r in failed) and all(
+            a and a.get("direction") in ("below", "above") for a in speed):
+        kind = ACCEPT_ABOVE if any(a["direction"] == "above" for a in speed) else EXACT_BUT_SLOW
     if kind == OTHER_RULE:
         for r in failed:
             if "has exact probability 0" in r.detail:
                 r.detail = ("not the chain rule's one-step law: " + r.detail.replace(
                     "has exact probability 0", "is impossible under the chain rule") + "; whole runs are exact")
-    return {"kind": kind, "text": KIND_TEXT[kind], "rows": len(failed)}
+    out = {"kind": kind, "text": KIND_TEXT[kind], "rows": len(failed)}
+    if speed and speed[0]:
+        a = speed[0]
+        out["acceptance"] = {k: a[k] for k in ("E_observed", "E_observed_ci", "E_exact", "E_range", "range_level",
+                                               "kappa", "c", "S_observed", "S_exact", "speedup_loss", "break_even_E",
+                                               "direction") if k in a}
+        if kind in (EXACT_BUT_SLOW, ACCEPT_ABOVE):
+            out["text"] += (f": E {a['E_observed']:.3f} vs exact {a['E_exact']:.3f}, speed-up S = E/(1 + kappa c) "
+                            f"{a['S_observed']:.2f} vs {a['S_exact']:.2f} at kappa {a['kappa']}, c {a['c']:g}")
+    return out
 
 
 def _fails_as(name: str):

@@ -65,6 +65,15 @@ Engine level -- a black box, no coin access (capability "engine"):
         seed            the run's seed; n independent runs of `length` new tokens each
         info            optional dict with "num_drafted" and "num_accepted" (totals over the runs):
                         the identity-draft check needs them (draft = target must accept everything)
+                        and the acceptance law (`checks.engine_acceptance`) tests them; optionally
+                        "num_verifies" (verify steps, >= 1 draft) and "verify_counts": one list per
+                        run of its verify steps' (drafted, accepted) pairs, in order (then the
+                        acceptance law is tested per step, not only in total)
+    draft_schedule      optional attribute: how many drafts each step makes, one of
+                        `reference.acceptance.SCHEDULES` ("fixed": kappa every step; "capped": the
+                        prefill emits the first token, then min(kappa, tokens left - 1)); without
+                        it the acceptance law is not tested (listed as not covered); another value
+                        is an error
     The checks compare the joint law of the n runs with the target's exact autoregressive law.
 
 Engine level with logits processors (an adapter with "engine" that declares `processors`):
@@ -207,6 +216,7 @@ def check_adapter(adapter, what: str) -> None:
                 raise AdapterError(f"{what}: declares capability {cap!r} but has no {m} method")
     check_models(adapter, what, caps)
     check_processors(adapter, what, caps)
+    check_draft_schedule(adapter, what)
 
 
 # what an engine-level adapter's `models` attribute may say: the toy tables, the same as torch modules,
@@ -226,6 +236,15 @@ def check_models(adapter, what: str, caps) -> None:
             raise AdapterError(f"{what}: models = \"own\" is engine level, but the adapter does not declare \"engine\"")
         if not callable(getattr(adapter, "own_models", None)):
             raise AdapterError(f"{what}: models = \"own\" but the adapter has no own_models(vocab, seed) method")
+
+
+def check_draft_schedule(adapter, what: str) -> None:
+    """The `draft_schedule` declaration, if any (and not None): one of `reference.acceptance.SCHEDULES`."""
+    from specverify.errors import AdapterError
+    from specverify.reference.acceptance import SCHEDULES
+    schedule = getattr(adapter, "draft_schedule", None)
+    if schedule is not None and schedule not in SCHEDULES:
+        raise AdapterError(f"{what}: draft_schedule {schedule!r} is not one of {', '.join(SCHEDULES)}")
 
 
 def check_processors(adapter, what: str, caps) -> None:

@@ -24,6 +24,7 @@ class ReferenceEngine:
     version = __version__
     capabilities = {"chain", "greedy", "block", "tree", "seeded", "engine"}
     processors = set(SpecEngine.processors)        # every logits processor (reference.processors)
+    draft_schedule = SpecEngine.draft_schedule     # every step drafts kappa (reference.acceptance)
 
     def __init__(self):
         self._vector = VectorSampler()

@@ -72,6 +72,9 @@ class SpecverifyEngine:
     # a Python engine: ~45k chain requests/s at sampler level, ~2000 toy runs/s at engine level, and greedy
     # decode of SmolLM2 at ~20 tok/s a core (the bitwise runs): sized so that the main job takes 5 minutes on 2 cores
     audit_defaults = {"samples": 100_000, "timeout": 3600.0, "size": "quick"}
+    # drafts per step: the prefill emits the first token, then min(kappa, tokens left - 1) (`engine.scheduler`)
+    draft_schedule = "capped"
+    engine_class = None         # the engine `generate` runs (None: `engine.Engine`); the zoo plants bugs here
 
     def __init__(self):
         import torch
@@ -120,13 +123,16 @@ class SpecverifyEngine:
         extra = engine_processors(processors)
         sampling = [SamplingParams(temperature=transform.temperature, top_k=transform.top_k, top_p=transform.top_p,
                                    max_tokens=length, seed=int(s), **extra) for s in seeds]
+        traces: list = [[] for _ in range(n)]
         res = api.generate(target, draft, [tuple(prompt)] * n, sampling=sampling,
                            spec=api.SpecOptions("draft", kappa=kappa),
-                           run=api.RunOptions(max_batch_size=min(n, 1024), seed=seed))
+                           run=api.RunOptions(max_batch_size=min(n, 1024), seed=seed,
+                                              engine_class=traced_engine(self.engine_class, traces)))
         tokens = np.full((n, length), PAD, np.int64)          # a run stopped early: PAD after its stop token
         for i, t in enumerate(res.tokens):
             tokens[i, :len(t)] = t
-        return tokens, {"num_drafted": res.metrics.num_draft_tokens, "num_accepted": res.metrics.num_accepted}
+        return tokens, {"num_drafted": res.metrics.num_draft_tokens, "num_accepted": res.metrics.num_accepted,
+                        "num_verifies": res.metrics.num_verifies, "verify_counts": traces}
 
     def bitwise_models(self):
         """(label, model, tokenizer, note) to run the greedy bitwise audit on: the real model if installed
@@ -162,6 +168,21 @@ class SpecverifyEngine:
         check_request(request, self.bitwise_info(), "this engine")
         _, model, _, _ = self.bitwise_models()
         return decode_greedy(model, request, backend=request.variant)
+
+
+def traced_engine(base, traces: list):
+    """`base` (None: `engine.Engine`) recording each request's verify steps: traces[request id] gets
+    (drafted, accepted) per step with >= 1 draft, in order (the `engine_acceptance` check's per-step counts)."""
+    from specverify.engine.engine import Engine
+
+    class Traced(base or Engine):
+        def _accept(self, req, rows, drafts, q_rows, p_rows):
+            emitted, m = super()._accept(req, rows, drafts, q_rows, p_rows)
+            if len(drafts):
+                traces[req.id].append((len(drafts), int(m)))
+            return emitted, m
+
+    return Traced
 
 
 def decode_greedy(model, request, *, backend: str, engine_class=None):

@@ -16,8 +16,9 @@ from typing import Callable
 
 from specverify.battery.deviations import NOT_BITWISE, RANKS_DISAGREE
 
-from . import (acceptance, bitwise, composition, endpoints, far_tail, greedy, hostile, identity, joint, large_vocab,
-               marginal, processors, rank_agreement, reproducibility, rng_discipline, runs, server, transforms)
+from . import (acceptance, bitwise, composition, endpoints, engine_acceptance, far_tail, greedy, hostile, identity, joint,
+               large_vocab, marginal, processors, rank_agreement, reproducibility, rng_discipline, runs, server,
+               transforms)
 
 # what a check draws (Check.kind)
 ONE_STEP = "one-step"               # statistical rows of one verify step, on the shared one-step samples
@@ -72,6 +73,8 @@ TABLE = (
     Check("transforms", WHOLE_RUN, "max(1000, samples // 2) whole runs per transform row", transforms.run,
           "transf", long=1, whole_run=True),
     Check("identity", EXACT, "2000 runs per row, fixed; --samples unused", identity.run, "ident", rule_only=True),
+    Check("engine_acceptance", WHOLE_RUN, "max(2000, samples // 10) whole runs (engine.acceptance_greedy: 256 runs, "
+          "fixed)", engine_acceptance.run, "eacc", rule_only=True),
     Check("bitwise", EXACT, "prompts and tokens from --size (quick, standard, full); --samples unused",
           bitwise.run, "bitwise", long=0, fails_as=NOT_BITWISE),
     Check("processors", WHOLE_RUN, "max(2000, samples // 20) whole runs per law row; exact rows of fixed size",

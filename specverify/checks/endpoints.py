@@ -20,6 +20,16 @@ Rows: `<rule>.zero_prob[coin=...]` -- no emitted token has target probability 0 
 followed by one token: at most k + 1 tokens, no -1 between tokens, every token but the last equal to
 the draft at its position (catches keeping the tail after a rejection and accepting padded drafts).
 
+`chain.q_precision[...]` -- acceptance must be min(1, p(x) / q(x)) for the q given, at the scales where
+precision bites: q(x) in 1e-9 .. 1e-6 with p(x) = r q(x) for r in {0.25, 0.5, 0.9, 0.999, 1} and with
+p(x) = 0.3 >> q(x) (`tiny q`); and q(x) a bf16-rounded draft probability (the draft drew in float32,
+the verifier is given bf16) with p(x) the unrounded value, so p / q is within 2^-8 of 1 (`bf16 q`).
+Each request has one draft and one coin, placed a relative 1e-3 (`tiny q`) or 1e-5 (`bf16 q`) below and
+above the threshold min(1, p/q) (and at 0 and 1 - 2^-53): the decision is exact, and only arithmetic
+that changes p/q by more than that margin flips it -- q flushed to zero in float16, q clamped to a
+floor (`max(q, eps)`), an epsilon added to q, p and q rounded to bf16 by the sampler. An adapter with
+`row_dtype = "float32"` is judged on its rows rounded to float32.
+
 Budget (`--samples`): exact rows on fixed batches (every coin endpoint); --samples unused.
 """
 
@@ -155,6 +165,75 @@ def _tree_zero_violations(batch: TreeBatch, out) -> list[str]:
     return bad
 
 
+TINY_Q = (1e-9, 3e-9, 1e-8, 1e-7, 1e-6)
+TINY_RATIOS = (0.25, 0.5, 0.9, 0.999, 1.0)
+P_LARGE = 0.3                                   # p >> q: always accepted
+BF16_Q = (1.2345e-9, 7.77e-9, 3.14159e-8, 2.71828e-7, 9.87654e-7, 1.6180339e-6)
+MARGINS = {"tiny q": 1e-3, "bf16 q": 1e-5}
+Q_VOCAB = 4
+
+
+def bf16(x: np.ndarray) -> np.ndarray:
+    """Round float64 values to bfloat16 (round to nearest even on the float32 bit pattern), as float64."""
+    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return rounded.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def _rows_with(first: float) -> np.ndarray:
+    """A distribution over Q_VOCAB tokens with token 0 at `first`, the rest spread evenly."""
+    return np.array([first] + [(1.0 - first) / (Q_VOCAB - 1)] * (Q_VOCAB - 1))
+
+
+def q_precision_requests(kind: str):
+    """[(p(x), q(x))] of the row `kind` ("tiny q" or "bf16 q"); the draft is token 0."""
+    if kind == "tiny q":
+        return [(r * q, q) for q in TINY_Q for r in TINY_RATIOS] + [(P_LARGE, q) for q in TINY_Q]
+    qs = np.array(BF16_Q)
+    return list(zip(qs.tolist(), bf16(qs).tolist()))
+
+
+def q_precision_batch(kind: str, row_dtype: str = "float64"):
+    """(batch, coins, expected accept [B]) of one row: each (p, q) pair with coins at 0, 1 - 2^-53 and
+    the threshold min(1, p/q) times (1 -+ margin); expected from the rows as the adapter holds them."""
+    margin = MARGINS[kind]
+    reqs, coins, want = [], [], []
+    for px, qx in q_precision_requests(kind):
+        p, q = _rows_with(px), _rows_with(qx)
+        if row_dtype == "float32":
+            p, q = p.astype(np.float32).astype(np.float64), q.astype(np.float32).astype(np.float64)
+        threshold = min(1.0, p[0] / q[0])
+        for c in (0.0, 1.0 - 2.0**-53, threshold * (1.0 - margin), threshold * (1.0 + margin)):
+            if c >= 1.0:
+                continue
+            reqs.append((np.array([0]), np.vstack([p, _rows_with(0.25)]), q[None], False))
+            coins.append(c)
+            want.append(c * q[0] < p[0])
+    batch = VerifyBatch.from_requests(reqs)
+    n = batch.batch_size
+    return batch, Coins(np.array(coins), np.full(n, 0.5)), np.array(want)
+
+
+def q_precision_rows(engine, ctx) -> list[CheckResult]:
+    """The `chain.q_precision[...]` rows (module docstring)."""
+    rows = []
+    for kind in MARGINS:
+        name = f"chain.q_precision[{kind}]"
+        with Timer() as t:
+            batch, coins, want = q_precision_batch(kind, getattr(engine, "row_dtype", "float64"))
+            out = harness.verified(engine, "verify", batch, coins, ctx, name)
+        got = (out != PAD).sum(axis=1) >= 2           # the draft was accepted: a bonus token follows it
+        bad = []
+        for b in np.flatnonzero(got != want):
+            _, p, q, _ = batch.request(int(b))
+            bad.append(f"p(x) = {p[0, 0]:.6g}, q(x) = {q[0, 0]:.6g}, coin {coins.accept[b]:.9g}: "
+                       f"{'accepted' if got[b] else 'rejected'}, min(1, p/q) = {min(1.0, p[0, 0] / q[0, 0]):.9g} "
+                       f"says {'accept' if want[b] else 'reject'}")
+        rows.append(_row(name, bad, batch.batch_size, t.seconds,
+                         what=f"every decision is coin < min(1, p/q) for the q given (margin {MARGINS[kind]:g})"))
+    return rows
+
+
 def run(engine, ctx) -> list[CheckResult]:
     caps = set(getattr(engine, "capabilities", ()))
     rows = []
@@ -184,6 +263,7 @@ def run(engine, ctx) -> list[CheckResult]:
                 structure_n += batch.batch_size
         rows.append(_row("chain.structure", structure_bad, structure_n, t.seconds,
                          what="every row is accepted drafts followed by one token"))
+        rows.extend(q_precision_rows(engine, ctx))
     if harness.verifies_trees(engine):
         for label, c in coins_all.items():
             with Timer() as t:

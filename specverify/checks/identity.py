@@ -28,6 +28,14 @@ LENGTH = 8
 RUNS = 2000
 
 
+COUNTERS = ("num_steps", "num_drafted", "num_accepted", "num_verifies")
+
+
+def counters(info: dict) -> dict:
+    """The engine's counters of `info` for a row's data (not its per-run traces: `engine_acceptance`'s)."""
+    return {k: info[k] for k in COUNTERS if k in info}
+
+
 def power(drafted) -> float | None:
     """The smallest per-draft rejection rate (the TV between the accept indicator and 'always') that
     rejects at least one of `drafted` drafts with probability >= 0.99."""
@@ -65,10 +73,10 @@ def verdict_row(name: str, info: dict, seconds: float) -> CheckResult:
                            detail="generate() reported no num_drafted/num_accepted counters")
     if int(drafted) > 0 and int(accepted) == int(drafted):
         return CheckResult(name, PASS, n=RUNS, exact=True, seconds=seconds, min_detectable_tv=power(drafted),
-                           detail=f"all {int(drafted)} drafts accepted (alpha = 1)", data=dict(info))
+                           detail=f"all {int(drafted)} drafts accepted (alpha = 1)", data=counters(info))
     return CheckResult(name, FAIL, n=RUNS, exact=True, seconds=seconds, min_detectable_tv=power(drafted),
                        detail=f"draft = target, but only {int(accepted)} of {int(drafted)} drafts accepted "
-                              f"(alpha = {int(accepted) / max(int(drafted), 1):.4f}, must be 1)", data=dict(info))
+                              f"(alpha = {int(accepted) / max(int(drafted), 1):.4f}, must be 1)", data=counters(info))
 
 
 def run(engine, ctx):
@@ -85,12 +93,12 @@ def run(engine, ctx):
                                     detail="generate() reported no num_drafted/num_accepted counters"))
         elif int(drafted) > 0 and int(accepted) == int(drafted):
             rows.append(CheckResult(name, PASS, n=RUNS, exact=True, seconds=t.seconds, min_detectable_tv=power(drafted),
-                                    detail=f"all {int(drafted)} drafts accepted (alpha = 1)", data=dict(info)))
+                                    detail=f"all {int(drafted)} drafts accepted (alpha = 1)", data=counters(info)))
         else:
             rows.append(CheckResult(name, FAIL, n=RUNS, exact=True, seconds=t.seconds, min_detectable_tv=power(drafted),
                                     detail=f"draft = target, but only {int(accepted)} of {int(drafted)} drafts accepted "
                                            f"(alpha = {int(accepted) / max(int(drafted), 1):.4f}, must be 1)",
-                                    data=dict(info)))
+                                    data=counters(info)))
         if level == "engine" and hasattr(engine, "processors"):
             rows.extend(processor_rows(engine, ctx, target))
     return rows

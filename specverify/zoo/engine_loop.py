@@ -18,13 +18,14 @@ from .registry import mutant
 from specverify.reference.batch import PAD
 
 
-@mutant(12, "temperature-on-target-only", targets=("identity",))
+@mutant(12, "temperature-on-target-only", targets=("identity", "engine_acceptance"))
 class TemperatureOnTargetOnly(SpecEngine):
     """Temperature is applied to the target's logits but not to the draft's (top-k/top-p to both).
     The drafts are still drawn from the rows handed to the verifier, so the output stays exact, but
     the draft no longer matches the target it was built for: acceptance drops (the chapter: "identical
     transforms of the distributions used for proposal and verification"). Only the identity-draft
-    check (draft = target, acceptance must be 1) sees it."""
+    check (draft = target, acceptance must be 1) and the engine's acceptance law (`engine_acceptance`,
+    at temperature 0.7) see it."""
 
     def draft_transform(self, transform):
         return transform if transform.greedy else Transform(1.0, transform.top_k, transform.top_p)
@@ -66,13 +67,13 @@ class ArgmaxDraftSoftQ(SpecEngine):
         return np.argmax(q, axis=1)
 
 
-@mutant(22, "draft-kv-rewind", targets=("identity",))
+@mutant(22, "draft-kv-rewind", targets=("identity", "engine_acceptance"))
 class DraftKvRewind(SpecEngine):
     """The draft's KV cache is rewound wrongly after verification, so the drafter's context falls
     behind the emitted sequence (lablup/mlxcel#994, fixed in #1002: the trim missed the last accepted
     draft, in the fully accepted case it "cannot reach at all"). Here the last accepted draft token of
     each step is missing from the draft's context. The output stays exact; acceptance drops, which
-    only the identity-draft check sees."""
+    the identity-draft check and the engine's acceptance law (`engine_acceptance`: exact-but-slow) see."""
 
     def draft_segment(self, drafts, emitted):
         n_acc = (emitted != PAD).sum(axis=1) - 1

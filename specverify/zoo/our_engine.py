@@ -1,8 +1,9 @@
 """Our own engine (`specverify.engine`) with one real bug, for the tests that prove the audits catch it.
 
-    StaleKvEngine   rejected draft positions are not rolled back in the KV cache
-    PlainDecodeRing a sliding-window model whose ring buffer is sized for plain decode: rejected drafts
-                    overwrite ring slots the next window still reads (`plain_decode_ring(folder)`)
+    StaleKvEngine          rejected draft positions are not rolled back in the KV cache
+    DraftOutOfSyncEngine   the draft model never ingests the last token of a step (exact output, slow)
+    PlainDecodeRing        a sliding-window model whose ring buffer is sized for plain decode: rejected
+                           drafts overwrite ring slots the next window still reads (`plain_decode_ring(folder)`)
 
 Run it with `generate(..., run=RunOptions(engine_class=StaleKvEngine))`. The sampler-level and
 toy-engine mutants (`mutant:<name>`) are the other modules of this package.
@@ -48,3 +49,48 @@ def plain_decode_ring(folder, backend="default") -> PlainDecodeRing:
     """The sliding-window folder's model with the plain-decode-sized ring (`PlainDecodeRing`)."""
     from specverify.models.sliding import params_of
     return load_sliding(folder, backend, ring_len=params_of(folder)["window"] - 1, cls=PlainDecodeRing)
+
+
+class _Lagging:
+    """A request as a drafter that missed its last token sees it: every attribute the request's, the
+    token list one short."""
+
+    def __init__(self, req):
+        self._req = req
+
+    def __getattr__(self, name):
+        return getattr(self._req, name)
+
+    @property
+    def tokens(self):
+        return self._req.tokens[:-1]
+
+
+class _LaggingProposer:
+    """The draft-model proposer fed one token behind: it drafts after tokens[:-1] and commits one
+    position short, so its KV holds each step's drafts where the step's last emitted token belongs."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.name = getattr(inner, "name", "draft")
+
+    def propose(self, reqs, ks):
+        return self.inner.propose([_Lagging(r) for r in reqs], ks)
+
+    def accepted(self, req, n_valid):
+        self.inner.accepted(_Lagging(req), n_valid - 1)
+
+    def release(self, req):
+        self.inner.release(req)
+
+
+class DraftOutOfSyncEngine(Engine):
+    """The draft model's KV falls out of sync with the committed sequence: the token a step emits last
+    (the bonus or the recovered token) is never ingested by the drafter, whose cache then holds drafts
+    where that token belongs (vLLM's EAGLE "draft KV not updated after a step without drafts", the
+    hidden-state and rewind variants in `../shared/BUGCLASSES.md`, "Acceptance"). The drafts are still
+    verified with the q they were drawn from, so the output law stays exact; acceptance collapses,
+    which only the acceptance law (`checks.engine_acceptance`) sees with a real draft."""
+
+    def __init__(self, target, proposer=None, **options):
+        super().__init__(target, None if proposer is None else _LaggingProposer(proposer), **options)

@@ -1,0 +1,134 @@
+"""The exact acceptance law of whole runs (`reference.acceptance`) against hand-computed cases and brute
+force: the reference engine (`reference.toy_engine.SpecEngine`, the reference sampler) at a fixed seed.
+
+Statistical tests here: each at level 1e-3 (a correct law fails one with probability <= 1e-3 per row);
+the planted out-of-sync drafter is caught with the p-values printed in the asserts (power: its E is
+0.4 below the exact one, > 20 standard errors at 20000 runs)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from specverify import stats
+from specverify.errors import InputError
+from specverify.reference import laws
+from specverify.reference.acceptance import (CAPPED, FIXED, drafts_at, run_acceptance_law, speedup, sum_pmf,
+                                             total_test)
+from specverify.reference.toy import FixedRows, ToyModel
+from specverify.reference.toy_engine import SpecEngine
+from specverify.reference.transforms import Transform
+from specverify.zoo.engine_loop import DraftKvRewind
+
+LEVEL = 1e-3
+RUNS = 20_000
+
+
+def models():
+    target = ToyModel(4, 123, scale=0.7, zero_frac=0.2)
+    return target, target.draft(124, noise=1.0)
+
+
+def trace_counts(law, traces):
+    index = law.index()
+    counts = np.zeros(len(law.traces), np.int64)
+    for t, c in Counter(tuple(tuple(s) for s in x) for x in traces).items():
+        counts[index[t]] = c          # KeyError: a trace the exact law says is impossible
+    return counts
+
+
+def test_the_docstring_example_one_step():
+    target = FixedRows(np.array([[0.75, 0.25], [0.5, 0.5]]))
+    draft = FixedRows(np.array([[0.5, 0.5], [0.5, 0.5]]))
+    law = run_acceptance_law(target, draft, (), kappa=1, length=1, schedule=FIXED)
+    assert dict(zip(law.traces, law.probs)) == pytest.approx({((1, 0),): 0.25, ((1, 1),): 0.75})
+    assert law.E == pytest.approx(1.75) and law.r() == pytest.approx([0.75])
+    assert law.mean_verifies == 1.0 and law.step_law() == pytest.approx([0.25, 0.75])
+
+
+def test_one_step_agrees_with_the_one_step_chunk_law():
+    target, draft = models()
+    for kappa in (1, 2, 3):
+        law = run_acceptance_law(target, draft, (1,), kappa=kappa, length=1, schedule=FIXED)
+        stats_ = laws.acceptance_stats(laws.chunk_law(laws.EXACT, target, draft, (1,), kappa), kappa)
+        assert law.E == pytest.approx(stats_.mean_length, abs=1e-12)
+        assert law.r() == pytest.approx(stats_.r, abs=1e-12)
+        assert law.probs.sum() == pytest.approx(1.0, abs=1e-12)
+
+
+def test_schedules_draft_as_declared():
+    assert [drafts_at(FIXED, 3, e, 5) for e in range(5)] == [3] * 5
+    assert [drafts_at(CAPPED, 3, e, 5) for e in range(5)] == [0, 3, 2, 1, 0]
+    with pytest.raises(InputError):
+        run_acceptance_law(*models(), schedule="sometimes")
+
+
+def test_capped_law_has_a_plain_prefill_step_and_never_overshoots():
+    target, draft = models()
+    law = run_acceptance_law(target, draft, (1,), kappa=2, length=4, schedule=CAPPED)
+    assert law.probs.sum() == pytest.approx(1.0, abs=1e-12)
+    for t in law.traces:       # 1 prefill token + sum (m + 1) over verifies + plain steps == 4 exactly
+        emitted = 1 + sum(m + 1 for _, m in t)
+        assert emitted <= 4 and all(k <= 4 - 1 - 1 for k, _ in t)
+
+
+def test_sum_pmf_is_the_n_fold_convolution():
+    pmf = np.array([0.2, 0.5, 0.0, 0.3])
+    direct = np.array([1.0])
+    for _ in range(7):
+        direct = np.convolve(direct, pmf)
+    assert sum_pmf(pmf, 7) == pytest.approx(direct, abs=1e-14)
+
+
+def test_the_law_matches_the_reference_engine_by_brute_force():
+    target, draft = models()
+    law = run_acceptance_law(target, draft, (1,), kappa=2, length=4, transform=Transform(), schedule=FIXED)
+    _, info = SpecEngine().generate(target, draft, (1,), 2, Transform(), 5, RUNS, 4)
+    counts = trace_counts(law, info["verify_counts"])
+    assert stats.pearson(counts, law.probs).p_value > LEVEL
+    assert total_test(law, info["num_accepted"], RUNS, LEVEL).p_value > LEVEL
+    e_obs = 1.0 + info["num_accepted"] / info["num_steps"]
+    assert abs(e_obs - law.E) < 0.02, (e_obs, law.E)      # ~6 standard errors at 20000 runs
+
+
+def test_a_drafter_out_of_sync_keeps_the_output_law_but_fails_the_acceptance_law():
+    target, draft = models()
+    law = run_acceptance_law(target, draft, (1,), kappa=2, length=4, transform=Transform(), schedule=FIXED)
+    tokens, info = DraftKvRewind().generate(target, draft, (1,), 2, Transform(), 5, RUNS, 4)
+    out_law = laws.target_law(target, (1,), 4)           # the output is still exact
+    codes = laws.encode(tokens, 4)
+    assert stats.pearson(stats.observed_counts(codes, out_law.codes()), out_law.probs).p_value > LEVEL
+    test = total_test(law, info["num_accepted"], RUNS, LEVEL)
+    # the FFT's sum law is exact to ~1e-11 absolute, so a p-value this far out reads as its noise floor
+    assert test.p_value < 1e-9 and test.observed < test.low and test.direction == "below", test
+    e_obs = 1.0 + info["num_accepted"] / info["num_steps"]
+    assert speedup(e_obs, 2) < speedup(law.E, 2)
+
+
+def test_greedy_runs_all_have_the_one_exact_trace():
+    target, draft = models()
+    law = run_acceptance_law(target, draft, (1,), kappa=2, length=4, transform=Transform(temperature=0.0), schedule=FIXED)
+    assert len(law.traces) == 1 and law.probs[0] == pytest.approx(1.0)
+    _, info = SpecEngine().generate(target, draft, (1,), 2, Transform(temperature=0.0), 0, 64, 4)
+    assert {tuple(tuple(s) for s in x) for x in info["verify_counts"]} == {law.traces[0]}
+
+
+def test_prompt_lookup_drafts_a_function_of_the_context():
+    from specverify.reference.acceptance import LookupDrafter
+    drafter = LookupDrafter(4, n_max=2)
+    assert [drafter.propose(s) for s in [(1, 2, 3, 1, 2), (1, 2, 3, 1, 2, 3), (1,), (2, 2)]] == [3, 1, 0, 2]
+    row = drafter.probs((1, 2, 3, 1, 2), Transform(temperature=0.7))
+    assert row.tolist() == [0.0, 0.0, 0.0, 1.0]
+
+
+@pytest.mark.parametrize("transform", [Transform(), Transform(temperature=0.7)])
+def test_the_law_of_a_prompt_lookup_drafter_matches_the_reference_engine(transform):
+    from specverify.reference.acceptance import LookupDrafter
+    target, drafter = ToyModel(4, 123, scale=1.5, zero_frac=0.2), LookupDrafter(4, n_max=2)
+    law = run_acceptance_law(target, drafter, (1, 2, 1), kappa=2, length=4, transform=transform, schedule=FIXED)
+    assert len(law.traces) > 1
+    _, info = SpecEngine().generate(target, drafter, (1, 2, 1), 2, transform, 5, RUNS, 4)
+    assert stats.pearson(trace_counts(law, info["verify_counts"]), law.probs).p_value > LEVEL
+    assert total_test(law, info["num_accepted"], RUNS, LEVEL).p_value > LEVEL
