@@ -198,12 +198,13 @@ def check_pattern(rows: list) -> tuple:
 def closest(rows: list, worst: list, signatures: dict | None = None, k: int = CLOSEST) -> list:
     """The zoo mutants closest to this audit, best first: [{"mutant", "score", "why"}]. Score: +1 a
     check both fail, +0.5 a failing check it targets, -1 a check one fails and the other passes, +1
-    when the worst cell's token role is the mutant's (its measured worst cell's, else the role its
+    when the role most of the worst cells have (the worst first on a tie) is the mutant's (its measured worst cell's, else the role its
     module's primitive acts on), +0.5 when both worst cells are impossible or both are not. Only
     mutants sharing a failing check, with a positive score, are named; ties in the zoo's order."""
     signatures = load_signatures() if signatures is None else signatures
     failed, passed = check_pattern(rows)
-    roles = {c["role"] for c in worst[:1] if c.get("role")}
+    named = [c["role"] for c in worst if c.get("role")]
+    roles = {max(named, key=named.count)} if named else set()      # the role most of the worst cells have
     impossible = bool(worst and worst[0].get("impossible"))
     scored = []
     for order, (name, sig) in enumerate(signatures.items()):

@@ -105,3 +105,12 @@ def test_the_committed_signatures_are_the_committed_zoo_summary():
     assert set(committed) == set(fresh)
     for name, sig in fresh.items():
         assert {k: committed[name][k] for k in sig} == sig, name
+
+
+def test_a_lossy_acceptance_knob_is_closest_to_the_acceptance_mutants():
+    """SGLang's threshold_acc = 0.9 (a lossy rule that accepts too often): the hint names the zoo's
+    acceptance mutants, not the residual ones (seed 0, 20000 samples, alpha 1e-3; the rows fail at p < 1e-10)."""
+    r = specverify.audit("lossy:threshold_acc=0.9", samples=20_000, checks=["marginal", "joint", "acceptance"],
+                         isolated=False)
+    closest = [m["mutant"] for m in r.diagnosis["hint"]["closest"]]
+    assert closest[0] in ("mutant:threshold_acc=0.5", "mutant:threshold_single=0.3", "mutant:threshold-on-p"), closest

@@ -19,10 +19,12 @@ by the float64 reference; the whole audit's family-wise false-alarm rate is --al
 states the smallest total-variation deviation it detects with probability 0.99 at its sample size.
 Exact checks (a zero-probability token emitted) fail outright.
 
-engines:
+ENGINE is your adapter:
+  path/to/file.py:factory   a zero-argument factory in a file (docs/adapter-protocol.md)
+  pkg.module:factory        the same, from an importable module
+
+or a registered engine:
 """ + "".join(f"  {k:<26}{v}\n" if len(k) < 26 else f"  {k}\n  {'':<26}{v}\n" for k, v in described().items()) + """\
-  pkg.module:factory        your adapter (see docs/adapter-protocol.md)
-  path/to/file.py:factory   the same, from a file
 
 exit codes: 0 the engine passes, 1 it fails a check, 2 usage or input error.
 """
