@@ -55,3 +55,23 @@ def test_an_adapter_missing_an_extra_module_says_what_to_install():
     assert wire.failure(exc)[1] == "raised ModuleNotFoundError: No module named 'torch' (pip install 'specverify[engine]')"
     other = ModuleNotFoundError("No module named 'mypkg'", name="mypkg")
     assert wire.failure(other)[1] == "raised ModuleNotFoundError: No module named 'mypkg'"
+
+
+def test_the_cpu_engine_path_needs_no_triton():
+    """triton is its own extra (`specverify[triton]`): with its import blocked, the engine and its
+    invariant CPU backend load (the engine's audit then passes: measured in issue 32's report)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, importlib.abc\n"
+            "class Block(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] == 'triton':\n"
+            "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "import specverify.engine\n"
+            "from specverify.kernels.backend import get_backend\n"
+            "print(type(get_backend('invariant')).__name__, 'triton' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[-1] == "False"
