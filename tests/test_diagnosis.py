@@ -114,3 +114,15 @@ def test_a_lossy_acceptance_knob_is_closest_to_the_acceptance_mutants():
                          isolated=False)
     closest = [m["mutant"] for m in r.diagnosis["hint"]["closest"]]
     assert closest[0] in ("mutant:threshold_acc=0.5", "mutant:threshold_single=0.3", "mutant:threshold-on-p"), closest
+
+
+def test_the_report_shows_the_diagnosis_and_the_failing_rows_first(audits, tmp_path):
+    from specverify.render import write_report
+
+    write_report([audits["resample_p"].to_dict()], str(tmp_path / "bad"))
+    md = (tmp_path / "bad" / "README.md").read_text()
+    assert "### Diagnosis" in md and "as recovered token" in md and "hint: closest known bugs: resample-from-p" in md
+    verdicts = md[md.index("### Verdicts"):]
+    assert verdicts.index("| FAIL") < verdicts.index("passing rows")          # failing rows first, passing folded
+    write_report([audits["good"].to_dict()], str(tmp_path / "good"))
+    assert "Diagnosis" not in (tmp_path / "good" / "README.md").read_text()
