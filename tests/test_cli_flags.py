@@ -61,3 +61,12 @@ def test_generate_and_bench_take_json_path(command):
     assert parser.parse_args(first + ["--json"]).json == "-"                   # no PATH: stdout, as before
     assert parser.parse_args(first + ["--json", "out.json"]).json == "out.json"
     assert parser.parse_args(first).json is None
+
+
+def test_report_and_lab_take_report_dir_as_audit_and_zoo_do():
+    from specverify.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["report", "r.json", "--report", "out"]).output == "out"
+    assert parser.parse_args(["report", "r.json", "-o", "out"]).output == "out"
+    assert parser.parse_args(["lab", "--report", "out"]).output == "out"
