@@ -73,6 +73,7 @@ def test_the_metadata_has_an_spdx_license_classifiers_and_triton_in_its_own_extr
     extras = project["optional-dependencies"]
     assert not any(d.startswith("triton") for d in extras["engine"]), "the CPU engine path does not need triton"
     assert any(d.startswith("triton") for d in extras["triton"]) and extras["gpu"] == ["specverify[triton]"]
+    assert any(d.startswith("triton") for d in extras["test"]), "the test suite runs the Triton kernels (interpreted)"
     assert "signatures.json" in PYPROJECT["tool"]["setuptools"]["package-data"]["specverify.zoo"]
 
 
