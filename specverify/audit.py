@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 import time
+import types
 from dataclasses import dataclass, field, replace
 
 from specverify import __version__, stats
 from specverify import settings as settings_mod
+from specverify.api import audit as _api_audit
 from specverify.errors import AdapterError, InputError
+from specverify.format import json_safe
 
 from . import checks as battery
 from .battery import decisive, onestep
@@ -59,6 +63,28 @@ class AuditResult:
     not_covered: dict = field(default_factory=dict)   # check -> why it decided nothing for this engine
     stop: dict | None = None        # how a decisive audit stopped (mode, power_tv, fail_fast, rounds, stopped_at);
                                     # None: fixed budgets
+    diagnosis: dict | None = None   # a failing audit's worst cells and the zoo's hint (`specverify.diagnosis`)
+
+    @property
+    def passed(self) -> bool:
+        """True if the audit passed (no row failed or errored)."""
+        return self.verdict == PASS
+
+    def __str__(self) -> str:
+        from specverify import summary
+        return summary.text(self)
+
+    def __repr__(self) -> str:
+        return (f"AuditResult(engine={self.engine!r}, verdict={self.verdict!r}, rows={len(self.checks)}, "
+                f"failed={len(self.failed())}, seed={self.seed}, samples={self.samples}, alpha={self.alpha:g})")
+
+    def _repr_markdown_(self) -> str:
+        from specverify import summary
+        return summary.markdown(self)
+
+    def _repr_html_(self) -> str:
+        from specverify import summary
+        return summary.html(self)
 
     def family(self) -> str:
         """How the audit controls its family-wise false-alarm rate, in words (for summaries)."""
@@ -86,6 +112,7 @@ class AuditResult:
             "check_seconds": {k: round(v, 3) for k, v in self.check_seconds.items()},
             "not_covered": self.not_covered,
             **({} if self.stop is None else {"stop": self.stop}),
+            **({} if self.diagnosis is None else {"diagnosis": json_safe(self.diagnosis)}),
         }
 
 
@@ -177,6 +204,14 @@ def inputs_unchanged(states: list) -> CheckResult:
                        detail=f"every input array unchanged after each of {calls} adapter calls")
 
 
+def with_diagnosis(result: AuditResult) -> AuditResult:
+    """`result` with its diagnosis (`specverify.diagnosis`: worst cells, the zoo's hint) if it failed."""
+    from specverify.diagnosis import diagnose
+
+    result.diagnosis = diagnose({"checks": [c.to_dict() for c in result.checks]})
+    return result
+
+
 def verdict_of(rows: list[CheckResult]) -> str:
     """The audit's verdict from its decided rows: FAIL if any row failed or errored (warn and skip
     never fail)."""
@@ -219,6 +254,22 @@ def run_checks(engine, ctx: Context, names, ran: _Ran) -> None:
             if partial:
                 ran.not_covered[name] = "; ".join(partial)
     ran.shared = onestep.sampling_seconds(ctx)
+
+
+def available(names: list, named: bool) -> tuple:
+    """(the checks of `names` this environment can run, {check: why not} of the others: a module from an
+    extra is missing, `checks.unavailable`). A check the user named (`named`) that cannot run is an
+    InputError; one of the whole battery is a SKIP row, listed as not covered."""
+    missing = {n: why for n in names if (why := battery.unavailable(n))}
+    if missing and named:
+        raise InputError("; ".join(f"check {n} {why}" for n, why in missing.items()))
+    return [n for n in names if n not in missing], missing
+
+
+def unavailable_rows(missing: dict) -> list:
+    """The SKIP row of each check that could not run (`available`)."""
+    return [CheckResult(f"{n}.unavailable", SKIP, exact=True, detail=f"not covered: {why}", check=n,
+                        data={"not_covered": True}) for n, why in missing.items()]
 
 
 def groups_of(names: list) -> list:
@@ -294,10 +345,10 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
     ctx = replace(ctx, state=AuditState())
     if factory is not None:
         ctx = replace(ctx, factory=factory)
-    names = list(default_checks(engine) if checks is None else checks)
+    names, missing = available(list(default_checks(engine) if checks is None else checks), named=checks is not None)
     if stop == "decisive":
         return _run_decisive(engine, ctx, names, extra, start, power_tv=power_tv, fail_fast=fail_fast,
-                             first_round=first_round)
+                             first_round=first_round, missing=missing)
     if stop != "fixed":
         raise InputError(f"stop {stop!r}: must be one of {', '.join(settings_mod.STOPS)}")
     if jobs > 1 and open_engine is not None:
@@ -315,23 +366,25 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
     check_seconds = {n: check_seconds[n] for n in names if n in check_seconds}
     if extra is not None:
         rows.extend(extra(engine, ctx))
+    rows.extend(unavailable_rows(missing))
+    not_covered.update(missing)
     apply_holm(rows, ctx)
     if not any(r.verdict in (PASS, FAIL) for r in rows):
         raise AdapterError(f"engine {engine.name!r} supports none of the checks run (capabilities: "
                            f"{sorted(getattr(engine, 'capabilities', ()))}; checks: {', '.join(names) or 'none'})")
     if isinstance(engine, AdapterHandle):
         rows.append(inputs_unchanged([c.state for _, c, _ in done]))
-    return AuditResult(engine=str(engine.name), verdict=verdict_of(rows), seed=ctx.seed, alpha=ctx.alpha,
-                       samples=ctx.samples, checks=rows, engine_version=getattr(engine, "version", None),
-                       seconds=time.perf_counter() - start, check_seconds=check_seconds, deviation=deviation_of(rows),
-                       not_covered=not_covered)
+    return with_diagnosis(AuditResult(
+        engine=str(engine.name), verdict=verdict_of(rows), seed=ctx.seed, alpha=ctx.alpha, samples=ctx.samples,
+        checks=rows, engine_version=getattr(engine, "version", None), seconds=time.perf_counter() - start,
+        check_seconds=check_seconds, deviation=deviation_of(rows), not_covered=not_covered))
 
 
 EXTRA = "probes"     # the decisive family's name for an engine's own rows (`run_audit(extra=...)`)
 
 
 def _run_decisive(engine, ctx: Context, names: list, extra, start: float, *, power_tv: float,
-                  fail_fast: bool, first_round: int) -> AuditResult:
+                  fail_fast: bool, first_round: int, missing: dict | None = None) -> AuditResult:
     """`run_audit` with `stop="decisive"`: the checks (and an engine's own rows) in rounds."""
     ran = _Ran()
 
@@ -357,6 +410,8 @@ def _run_decisive(engine, ctx: Context, names: list, extra, start: float, *, pow
     not_covered = {n: ran.not_covered[n] for n in names if n in ran.not_covered}
     for name, why in out.not_covered.items():
         not_covered[name] = f"{not_covered[name]}; {why}" if name in not_covered else why
+    rows.extend(unavailable_rows(missing or {}))
+    not_covered.update(missing or {})
     if not any(r.verdict in (PASS, FAIL) for r in rows):
         raise AdapterError(f"engine {engine.name!r} supports none of the checks run (capabilities: "
                            f"{sorted(getattr(engine, 'capabilities', ()))}; checks: {', '.join(names) or 'none'})")
@@ -368,7 +423,7 @@ def _run_decisive(engine, ctx: Context, names: list, extra, start: float, *, pow
                          deviation=deviation_of(rows), not_covered=not_covered)
     result.stop = {"mode": "decisive", "power_tv": power_tv, "fail_fast": fail_fast, "rounds": out.rounds,
                    "first_round": first_round, "stopped_at": out.stopped_at}
-    return result
+    return with_diagnosis(result)
 
 
 @dataclass
@@ -425,7 +480,9 @@ def prepare(engine, given: dict | None = None, *, progress=None, label=None, iso
         if given.get(name) is not None:
             raise InputError(f"{label(name) if label else name} is for a server audit (an http://HOST:PORT/v1 "
                              f"engine), not for {engine!r}")
-    settings_mod.resolve(given, None, BATTERY, label)         # the user's own values, checked before any work
+    named = settings_mod.resolve(given, None, BATTERY, label).checks   # the user's own values, checked before any work
+    if named is not None:
+        available(list(named), named=True)                   # a named check whose extra is missing: exit 2 now
     instance = hasattr(engine, "capabilities") and not inspect.isclass(engine)
     if isinstance(engine, str):
         spec = engine
@@ -462,6 +519,19 @@ def spec_of(obj) -> str | None:
         rel = os.path.relpath(path)
         return f"{rel if not rel.startswith('..') else path}:{name}"
     return f"{module}:{name}" if module and module != "__main__" else None
+
+
+class _CallableModule(types.ModuleType):
+    """`specverify.audit` is this module and the Python API's entry point at once:
+    `specverify.audit("reference", samples=20_000)` runs an audit (`specverify.api.audit`), and
+    `specverify.audit.prepare`, `from specverify.audit import run_audit` keep working."""
+
+    def __call__(self, engine, **kwargs):
+        return _api_audit(engine, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
+__signature__ = _api_audit.__signature__      # `inspect.signature(specverify.audit)`: the API's keywords
 
 
 __all__ = ["Audit", "AuditResult", "prepare", "run_audit", "apply_holm", "verdict_of", "Context", "PASS", "FAIL", "SKIP", "ERROR", "WARN", "BATTERY"]

@@ -182,10 +182,11 @@ class Settings:
     alpha: float = setting(1e-3, help="family-wise false-alarm rate", check=_alpha, parse=float, default_text="1e-3",
                            door_help={"zoo": "family-wise false-alarm rate of each audit"})
     timeout: float = setting(120.0, help="seconds one adapter call may take", check=_seconds, parse=float,
-                             default_text="120", doors=("audit", "option", "marker"))
-    checks: tuple | None = setting(None, help="comma-separated subset of checks to run", check=_checks,
-                                   default_text="all that apply", doors=("audit", "marker"), context=False)
-    size: str = setting("standard", check=_size, choices=SIZES, doors=("audit", "marker"),
+                             default_text="120")
+    checks: tuple | None = setting(None, help="comma-separated subset of checks to run (`specverify audit --help` "
+                                        "lists them)", check=_checks, metavar="CHECK,...",
+                                   default_text="all that apply", context=False)
+    size: str = setting("standard", check=_size, choices=SIZES, doors=("audit", "option", "marker"),
                         help="size of the greedy bitwise runs: quick 16 prompts x 32 tokens, standard 32 x 64 (both "
                              "kappa 1, 3, 7 at batch 1, 8 and ragged 8), full 256 x 256 (kappa 1..7, batch 1..64)",
                         default_text="standard, or the engine's own default: quick for specverify")

@@ -5,6 +5,7 @@ subprocess (the plugin is found through its pytest11 entry point, as in any proj
 specverify). The correct adapter passes; the buggy one fails with the failing checks, their statistic,
 p-value and min detectable TV, and a command that reproduces the failure."""
 
+import json
 import re
 import subprocess
 import sys
@@ -59,13 +60,31 @@ def run(args, cwd):
 
 def test_the_downstream_gate_passes_a_correct_sampler_and_fails_a_buggy_one(tmp_path):
     root = project(tmp_path)
-    proc = run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "test_exact.py"], root)
+    reports = tmp_path / "reports"
+    proc = run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "test_exact.py", "--specverify-report", str(reports),
+                "--specverify-jobs", "1"], root)
     out = proc.stdout
     assert proc.returncode == 1, out + proc.stderr
     assert re.search(r"1 failed, 2 passed", out), out
     assert "test_buggy_sampler_is_exact" in out and "FAILED test_exact.py::test_my_sampler_is_exact" not in out
+    # the first line is the summary: rows failed, the kind of deviation, the closest known bug (issue 32)
+    first = re.search(r"specverify: buggy-sampler: (\d+)/(\d+) rows failed \(biased output law\); closest known bug: "
+                      r"resample-from-p", out)
+    assert first and 0 < int(first.group(1)) <= int(first.group(2)), out
+    # pytest's short summary cuts the first line to the terminal's width; the plugin's section has it whole
+    section = out[out.index("= specverify ="):]
+    assert re.search(r"test_exact.py::test_buggy_sampler_is_exact: buggy-sampler: \d+/\d+ rows failed "
+                     r"\(biased output law\); closest known bug: resample-from-p", section), out
+    assert "as recovered token" in out and "hint: closest known bugs:" in out
+    # --specverify-report: every audited test's JSON and its report
+    for test in ("test_my_sampler_is_exact", "test_buggy_sampler_is_exact"):
+        name = f"test_exact.py_{test}"
+        doc = json.loads((reports / f"{name}.json").read_text())
+        assert doc["verdict"] == ("fail" if "buggy" in test else "pass")
+        assert (reports / name / "index.html").is_file() and (reports / name / "README.md").is_file()
+    assert "report: " in out
     # the failure names the checks with statistic, p-value and power, and how to reproduce it
-    assert "specverify: buggy-sampler is not exact" in out
+    assert "buggy-sampler is not exact" in out
     # the gate stops decisively: a failing row states its e-value (or fixed-budget statistic), p, power, n
     assert re.search(r"chain\.marginal\[\w[^\]]*\]\s+(statistic [\d.e+]+ \(dof \d+\), p|e-value exp\([\d.e+]+\) >= "
                      r"[\d.e+]+ after \d+ look\(s\), anytime p) = [\d.e+-]+, min detectable TV 0\.\d+, n = \d+", out), out

@@ -50,6 +50,8 @@ class Check:
                                     # in this order (1 first), so --fail-fast reaches the cheap checks first
                                     # (rank_agreement ~1 s once the rank server is up, then far_tail ~6 s,
                                     # then large_vocab)
+    needs: tuple = ()               # modules it cannot run without, each from an extra (`specverify.extras`): checked
+                                    # before any work (`unavailable`, `specverify.extras`)
 
     @property
     def scales(self) -> bool:
@@ -80,7 +82,7 @@ TABLE = (
     Check("processors", WHOLE_RUN, "max(2000, samples // 20) whole runs per law row; exact rows of fixed size",
           processors.run, "procs"),
     Check("rank_agreement", EXACT, "exact rows of fixed size (world sizes x calls x requests); --samples unused",
-          rank_agreement.run, "ranks", fails_as=RANKS_DISAGREE, heavy=1),
+          rank_agreement.run, "ranks", fails_as=RANKS_DISAGREE, heavy=1, needs=("torch",)),   # torch.distributed
     Check("large_vocab", REAL_VOCAB, "samples sized from the vocabulary (bytes of rows per problem) x "
           "large_scale; --samples unused", large_vocab.run, "largeV", heavy=3),
     Check("far_tail", REAL_VOCAB, "6400 draws x large_scale; --samples unused", far_tail.run, "ftail", heavy=2),
@@ -92,11 +94,20 @@ BY_NAME = {c.name: c for c in TABLE}
 NAMES = [c.name for c in TABLE]
 
 
+def unavailable(name: str) -> str | None:
+    """Why check `name` cannot run in this environment ("needs torch: pip install 'specverify[engine]'"),
+    or None: every module it needs is installed (looked up, not imported: `specverify.extras`)."""
+    from specverify import extras
+
+    gone = extras.missing(BY_NAME[name].needs)
+    return f"needs {', '.join(gone)}: {extras.install_line(gone)}" if gone else None
+
+
 def describe() -> str:
     """One "name: kind, budget" line per check, in battery order (for `--help`)."""
     width = max(len(c.name) for c in TABLE)
     return "\n".join(f"{c.name + ':':{width + 1}} {c.kind}, {c.budget}" for c in TABLE)
 
 
-__all__ = ["Check", "TABLE", "BY_NAME", "NAMES", "describe", "ONE_STEP", "WHOLE_RUN", "SEEDED", "REAL_VOCAB", "EXACT",
-           "SERVER"]
+__all__ = ["Check", "TABLE", "BY_NAME", "NAMES", "describe", "unavailable", "ONE_STEP", "WHOLE_RUN", "SEEDED",
+           "REAL_VOCAB", "EXACT", "SERVER"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from specverify import stats
+from specverify.reference import rules
 
 from ..battery import onestep
 from ..battery.base import FAIL, PASS, CheckResult
@@ -45,14 +46,48 @@ def gof(name: str, observed_tokens: np.ndarray, expected: np.ndarray, seconds: f
                              "expected": (expected[support] * n).tolist()})
 
 
+ACCEPTED, RECOVERED, BONUS = "accepted draft", "recovered token", "bonus token"
+"""The role of the token at a position: a draft the step accepted (the step goes on), the token drawn
+at the first rejection (the step ends there, before its last position), or the bonus token (the step
+ends at its last position, every draft accepted)."""
+
+
+def roles(tokens, ends, law, pos: int, last: int) -> dict:
+    """The token at `pos` split by its role (`ACCEPTED` where the step goes on, `RECOVERED` / `BONUS`
+    where it ends: `last` is the step's last position): {"names": [role, role], "cells": ids,
+    "observed": [[count per cell] per role], "expected": [[count per cell] per role]} -- the same n
+    samples as the row's, the exact law of each (token, role) from the step's sequence law."""
+    n = int(tokens.size)
+    end_role = BONUS if pos == last else RECOVERED
+    joint = {}                                      # (token, ends here) -> probability, given pos reached
+    reach = law.reach(pos)
+    for seq, p in zip(law.sequences, law.probs):
+        if len(seq) > pos and p > 0:
+            key = (int(seq[pos]), len(seq) == pos + 1)
+            joint[key] = joint.get(key, 0.0) + float(p) / reach
+    cells = sorted({int(t) for t in np.unique(tokens)} | {k[0] for k in joint})
+    observed, expected = [], []
+    for ending in (False, True):
+        picked = tokens[ends == ending]
+        ids, counts = np.unique(picked, return_counts=True)
+        seen = dict(zip(ids.tolist(), counts.tolist()))
+        observed.append([int(seen.get(c, 0)) for c in cells])
+        expected.append([n * joint.get((c, ending), 0.0) for c in cells])
+    return {"names": [ACCEPTED, end_role], "cells": cells, "observed": observed, "expected": expected}
+
+
 def run(engine, ctx) -> list[CheckResult]:
     rows = []
     for s in onestep.collect(engine, ctx):
         lengths = (s.samples >= 0).sum(axis=1)
+        last = s.samples.shape[1] - 1
         for pos in range(s.samples.shape[1]):
             reached = lengths > pos
             if not reached.any():
                 continue
             name = f"{s.rule}.marginal[{s.problem.name},pos={pos}]"
-            rows.append(gof(name, s.samples[reached, pos], s.law.marginal(pos), s.seconds, ctx))
+            row = gof(name, s.samples[reached, pos], s.law.marginal(pos), s.seconds, ctx)
+            if not rules.RULES[s.rule].tree:          # a tree step's positions are not one chain's
+                row.data["roles"] = roles(s.samples[reached, pos], lengths[reached] == pos + 1, s.law, pos, last)
+            rows.append(row)
     return rows

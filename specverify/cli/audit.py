@@ -9,7 +9,7 @@ import sys
 from specverify.adapters.registry import described
 from specverify.format import fmt
 from specverify.settings import add_arguments, given_from, spelled
-from specverify.verdicts import PASS
+from specverify.verdicts import ALL, FAILING, PASS
 
 HELP = """\
 Audit a speculative-decoding implementation against the exact rules.
@@ -19,12 +19,14 @@ by the float64 reference; the whole audit's family-wise false-alarm rate is --al
 states the smallest total-variation deviation it detects with probability 0.99 at its sample size.
 Exact checks (a zero-probability token emitted) fail outright.
 
-engines:
+ENGINE is your adapter:
+  path/to/file.py:factory   a zero-argument factory in a file (docs/adapter-protocol.md)
+  pkg.module:factory        the same, from an importable module
+
+or a registered engine:
 """ + "".join(f"  {k:<26}{v}\n" if len(k) < 26 else f"  {k}\n  {'':<26}{v}\n" for k, v in described().items()) + """\
   http://HOST:PORT/v1       an OpenAI-compatible completions server: the server level (--model,
                             --plain-url; docs/server-level.md)
-  pkg.module:factory        your adapter (see docs/adapter-protocol.md)
-  path/to/file.py:factory   the same, from a file
 
 exit codes: 0 the engine passes, 1 it fails a check, 2 usage or input error.
 """
@@ -53,31 +55,55 @@ def register(sub) -> None:
     p.add_argument("--in-process", action="store_true",
                    help="run the adapter in the audit's own process, not in a worker process of its own (for "
                         "debugging: a hang that holds the GIL then ignores --timeout, a crash ends the audit)")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress line and no table")
+    p.add_argument("--all-rows", action="store_true",
+                   help="print every row (default: the totals per check and the failing rows)")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="no progress line and no table: only the one-line verdict (on stderr with --json -)")
     p.set_defaults(func=run)
 
 
-def table(result) -> str:
-    rows = [("check", "verdict", "statistic" if result.stop is None else "stat|log e", "dof", "p-value", "n", "min TV")]
-    for c in result.checks:
-        rows.append((c.name, c.verdict.upper() + (" (exact)" if c.exact else ""), fmt(c.statistic, ".2f"),
-                     fmt(c.dof, "d"), fmt(c.p_value, ".3g"), str(c.n), fmt(c.min_detectable_tv, ".4f")))
+def _aligned(rows: list, left: int = 2) -> list:
+    """Rows of text cells as aligned lines (the first `left` columns left-aligned) with a rule under the header."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths))) for r in rows]
+    lines = ["  ".join(v.ljust(w) if i < left else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths))) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    n_stat = sum(1 for c in result.checks if c.p_value is not None and not c.exact)
-    failed = result.failed()
+    return lines
+
+
+def row_table(result, rows) -> list:
+    """Every given row: name, verdict, statistic, dof, p-value, n, min detectable TV."""
+    out = [("check", "verdict", "statistic" if result.stop is None else "stat|log e", "dof", "p-value", "n", "min TV")]
+    for c in rows:
+        out.append((c.name, c.verdict.upper() + (" (exact)" if c.exact else ""), fmt(c.statistic, ".2f"),
+                    fmt(c.dof, "d"), fmt(c.p_value, ".3g"), str(c.n), fmt(c.min_detectable_tv, ".4f")))
+    return _aligned(out)
+
+
+def totals_table(result) -> list:
+    """One line a check: its rows by verdict and the largest min detectable TV of its statistical rows."""
+    out = [("check", "rows", *(v.upper() for v in ALL), "worst min TV")]
+    for check in dict.fromkeys(c.check or c.name.split(".")[0] for c in result.checks):
+        rows = [c for c in result.checks if (c.check or c.name.split(".")[0]) == check]
+        tvs = [c.min_detectable_tv for c in rows if c.min_detectable_tv is not None]
+        out.append((check, str(len(rows)), *(str(sum(c.verdict == v for c in rows)) for v in ALL),
+                    fmt(max(tvs) if tvs else None, ".4f")))
+    return _aligned(out, left=1)
+
+
+def table(result, all_rows: bool = False) -> str:
+    """The audit as text: every row (`all_rows`), or the totals per check and the failing rows; then
+    the summary (`specverify.summary.text`: verdict, diagnosis, failing rows, not covered)."""
+    from specverify import summary
+
+    if all_rows:
+        lines = row_table(result, result.checks)
+    else:
+        lines = totals_table(result)
+        failing = [c for c in result.checks if c.verdict in FAILING]
+        if failing:
+            lines += ["", "failing rows (--all-rows: every row):"] + row_table(result, failing)
     lines.append("")
-    kind = f" ({result.deviation['text']})" if result.deviation else ""
-    lines.append(f"{result.engine}: {result.verdict.upper()}{kind} -- {len(result.checks)} checks ({n_stat} statistical, "
-                 f"{result.family()}), seed {result.seed}, {result.seconds:.1f} s")
-    for c in failed:
-        lines.append(f"  FAIL {c.name}: {c.detail}" + (f" (p = {c.p_value:.3g})" if c.p_value is not None else ""))
-    if result.stop is not None and result.stop.get("stopped_at"):
-        lines.append(f"  --fail-fast: stopped at {result.stop['stopped_at']}")
-    if result.not_covered:
-        lines.append("  not covered:")
-        lines += [f"    {k}: {v}" for k, v in result.not_covered.items()]
+    lines.append(summary.text(result, max_failing=None if all_rows else 20))
     return "\n".join(lines)
 
 
@@ -118,6 +144,9 @@ def run(args) -> int:
             write_report([result.to_dict()], args.report, progress=report_progress)
         finally:
             report_progress.done()
-    if not args.quiet and args.json != "-":
-        print(table(result))
+    if args.quiet:
+        from specverify.summary import verdict_line
+        print(verdict_line(result), file=sys.stderr if args.json == "-" else sys.stdout)
+    elif args.json != "-":
+        print(table(result, all_rows=args.all_rows))
     return 0 if result.verdict == PASS else 1

@@ -4,11 +4,11 @@ paths and what is measured are described in `specverify/bench/decode.py`."""
 
 from __future__ import annotations
 
-import json
 import sys
 
 from specverify.bench.decode import PATHS
-from specverify.cli.engine_options import add_engine_options, apply_threads, backend_for
+from specverify.cli.engine_options import (add_engine_options, apply_threads, backend_for, check_json_path,
+                                           write_json_out)
 
 
 def register(sub) -> None:
@@ -33,7 +33,7 @@ def register(sub) -> None:
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--repeat", type=int, default=2,
                    help="runs of each (prompt, path, config); the fastest counts (robust to other load on the machine)")
-    add_engine_options(p, json_help="print the result as JSON", backend=False)
+    add_engine_options(p, json_help="write the result as JSON", backend=False)
     p.set_defaults(func=run)
 
 
@@ -54,6 +54,7 @@ def run(args) -> int:
     from specverify.bench.decode import format_table, run_bench
 
     paths = _check(args)
+    check_json_path(args.json)
     apply_threads(args)
     result = run_bench(paths, specs=args.spec or ["ngram"], kappas=args.kappa or [3, 7],
                        ngram=(args.ngram_max, args.ngram_min),
@@ -62,5 +63,8 @@ def run(args) -> int:
                        draft_layers=args.draft_layers, threads=args.threads,
                        backend_of=lambda name: backend_for(name, args.threads),
                        progress=lambda line: print(line, file=sys.stderr, flush=True))
-    print(json.dumps(result, indent=1) if args.json else format_table(result))
+    if args.json:
+        write_json_out(args.json, result)
+    else:
+        print(format_table(result))
     return 0

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 
 def add_engine_options(p, *, json_help: str, backend: bool = True) -> None:
-    """Add --backend and --weights (unless `backend` is False), --json (store_true, with `json_help`)
-    and --threads, in the order --help lists them."""
+    """Add --backend and --weights (unless `backend` is False), --json [PATH] (`json_help`; PATH as in
+    every subcommand, '-' or none: stdout) and --threads, in the order --help lists them."""
     if backend:
         p.add_argument("--backend", default="invariant",
                        help="op backend: invariant (default: batch-invariant, and the fastest here), default (torch ops), triton")
@@ -16,12 +16,31 @@ def add_engine_options(p, *, json_help: str, backend: bool = True) -> None:
                        help="how the GGUF's Q4_1/Q8_0 matrices are held: quantized (default: in their blocks, "
                             "dequantized inside the kernels; same logits as fp32 on the invariant backend, "
                             "fewer bytes per step) or fp32 (dequantized at load)")
-    p.add_argument("--json", action="store_true", help=json_help)
+    p.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
+                   help=f"{json_help}, to PATH ('-' or no PATH: stdout)")
     p.add_argument("--threads", type=int, default=1,
                    help="threads (default 1: on the shared 2 cores, a second OpenMP thread spin-waits "
                         "and slows decode under load; 0 = torch's default). Above 1 the invariant backend "
                         "splits each linear's panels and attention's heads over numba's threads too "
                         "(the same bits)")
+
+
+def write_json_out(path: str, obj) -> None:
+    """The --json result: to stdout for '-', else atomically to `path`."""
+    import sys
+
+    from specverify.io import json_text, write_json
+    if path == "-":
+        sys.stdout.write(json_text(obj))
+    else:
+        write_json(path, obj)
+
+
+def check_json_path(path) -> None:
+    """InputError now (before the model loads) if --json PATH cannot be written."""
+    if path and path != "-":
+        from specverify.io import check_writable
+        check_writable(path)
 
 
 def apply_threads(args) -> None:

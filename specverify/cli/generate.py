@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 import time
 
-from specverify.cli.engine_options import add_engine_options, apply_threads, backend_for
+from specverify.cli.engine_options import (add_engine_options, apply_threads, backend_for, check_json_path,
+                                           write_json_out)
 from specverify.engine.scheduler import DEFAULT_KAPPA
 
 
@@ -39,14 +40,14 @@ def register(sub) -> None:
                    help="never emit token id TOKEN (repeatable)")
     p.add_argument("--stop-token-id", action="append", type=int, default=[], metavar="TOKEN",
                    help="stop after token id TOKEN (repeatable; EOS always stops)")
-    add_engine_options(p, json_help="print one JSON object (tokens, text, metrics) instead of streaming")
+    add_engine_options(p, json_help="write one JSON object (tokens, text, metrics) instead of streaming")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    check_json_path(args.json)
     apply_threads(args)
     from specverify.engine.api import RunOptions, SpecOptions, generate
-    from specverify.io import json_text
     from specverify.engine.engine import SamplingParams
     from specverify.engine.loader import load_model, load_smollm2
     from specverify.errors import InputError
@@ -98,10 +99,10 @@ def run(args) -> int:
     prefill_s = stamps[1] - stamps[0]                 # includes one-time weight packing, if any
     decode_tps = (n - 1) / (stamps[-1] - stamps[1]) if n > 1 and stamps[-1] > stamps[1] else float("nan")
     if args.json:
-        sys.stdout.write(json_text({"prompt_tokens": len(prompt_ids), "token_ids": out.token_ids, "text": out.text,
-                          "finish_reason": out.finish_reason, "spec": args.spec, "kappa": args.kappa,
-                          "backend": args.backend, "prefill_s": prefill_s, "decode_tokens_per_s": decode_tps,
-                          "metrics": m.to_dict()}))
+        write_json_out(args.json, {"prompt_tokens": len(prompt_ids), "token_ids": out.token_ids, "text": out.text,
+                                   "finish_reason": out.finish_reason, "spec": args.spec, "kappa": args.kappa,
+                                   "backend": args.backend, "prefill_s": prefill_s, "decode_tokens_per_s": decode_tps,
+                                   "metrics": m.to_dict()})
     else:
         sys.stdout.write("\n")
         E = f"E={m.mean_acceptance_length:.2f} " if m.num_verifies else ""

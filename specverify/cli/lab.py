@@ -32,7 +32,8 @@ def _ints(s: str) -> tuple:
 def register(sub) -> None:
     p = sub.add_parser("lab", help="measure acceptance and speedup against the formulas (Lab 08)",
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-o", "--output", default="reports/lab", metavar="DIR", help="report folder (default reports/lab)")
+    p.add_argument("-o", "--output", "--report", dest="output", default="reports/lab", metavar="DIR",
+                   help="report folder (default reports/lab; --report DIR, as in audit and zoo)")
     p.add_argument("--quick", action="store_true", help="tiny random model, few points (a smoke test)")
     p.add_argument("--kappas", type=_ints, default=None, help="kappas to sweep (default 1,...,8)")
     p.add_argument("--batches", type=_ints, default=None, help="concurrency values (default 1,2,4,...,256)")

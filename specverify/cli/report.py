@@ -27,7 +27,8 @@ def register(sub) -> None:
     p = sub.add_parser("report", help="render results as an HTML page and Markdown", description=HELP,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", nargs="+", metavar="RESULT.json", help="audit or zoo result files")
-    p.add_argument("-o", "--output", required=True, metavar="DIR", help="report folder to write")
+    p.add_argument("-o", "--output", "--report", dest="output", required=True, metavar="DIR",
+                   help="report folder to write (--report DIR, as in audit and zoo)")
     p.add_argument("--title", default=None, help="page title (default: from the engines)")
     p.add_argument("--embed", action="store_true", help="also inline the images in index.html (single-file page)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary line")

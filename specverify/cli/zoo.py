@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from specverify.settings import add_arguments, check_given, given_from, spelled
 
@@ -26,15 +27,17 @@ def register(sub) -> None:
     add_arguments(p, "zoo")
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: the number of cores)")
     p.add_argument("--only", default=None, help="comma-separated subset of engines (reference, mutant:<name>)")
-    p.add_argument("--json", metavar="PATH", help="write the zoo result as JSON to PATH")
+    p.add_argument("--json", metavar="PATH", help="write the zoo result as JSON to PATH ('-' for stdout)")
+    p.add_argument("--report", metavar="DIR", help="also write an HTML + Markdown report of the zoo to DIR")
     p.add_argument("--markdown", metavar="PATH", help="write docs/zoo.md's zoo block (the matrix without timings) to PATH")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress line")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="no progress line and no matrix: only the one-line verdict (on stderr with --json -)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from specverify.errors import InputError
-    from specverify.io import write_atomic, write_json
+    from specverify.io import json_text, write_atomic, write_json
     from specverify.progress import Progress
     from specverify.zoo.render import readme_block, table
     from specverify.zoo.run import engine_names, run_zoo
@@ -46,8 +49,12 @@ def run(args) -> int:
     if given["samples"] < 1000:
         raise InputError(f"--samples {args.samples}: the zoo needs at least 1000 samples per problem")
     for path in (args.json, args.markdown):
-        if path:
+        if path and path != "-":
             check_writable(path)
+    if args.report:
+        from specverify.render.atomic import check_replaceable
+        check_replaceable(args.report)
+        check_writable(args.report, folder=True)
     if args.jobs is not None and args.jobs < 1:
         raise InputError(f"--jobs {args.jobs}: must be at least 1")
     names = engine_names()
@@ -62,11 +69,20 @@ def run(args) -> int:
         zoo = run_zoo(names, **given, jobs=args.jobs, progress=progress)
     finally:
         progress.done()
-    if args.json:
+    if args.json == "-":
+        sys.stdout.write(json_text(zoo.to_dict()))
+    elif args.json:
         write_json(args.json, zoo.to_dict())
     if args.markdown:
         write_atomic(args.markdown, readme_block(zoo.to_dict()))
-    print(table(zoo))
+    if args.report:
+        from specverify.render import write_report
+        write_report([zoo.to_dict()], args.report, progress=None)
+    text = table(zoo)
+    if args.quiet:
+        print(text.splitlines()[-1], file=sys.stderr if args.json == "-" else sys.stdout)
+    elif args.json != "-":
+        print(text)
     if "reference" not in names:
         return 0 if not zoo.missed() else 1
     return 0 if zoo.ok else 1

@@ -208,7 +208,16 @@ def failure(exc: BaseException) -> tuple[str, str]:
     call's what by the audit)."""
     if isinstance(exc, AdapterError):
         return "adapter", str(exc)
-    return "what", f"raised {type(exc).__name__}: {exc}"
+    return "what", f"raised {type(exc).__name__}: {exc}" + install_hint(exc)
+
+
+def install_hint(exc: BaseException) -> str:
+    """The install line to append when `exc` is a missing module that one of specverify's extras
+    brings (`specverify.extras`: " (pip install 'specverify[engine]')"), else an empty string."""
+    from specverify.extras import EXTRA_OF, install_line
+
+    name = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+    return f" ({install_line([name])})" if name and name.split(".")[0] in EXTRA_OF else ""
 
 
 def raise_failure(kind: str, message: str, what: str):

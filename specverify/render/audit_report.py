@@ -75,9 +75,33 @@ def group_by_engine(results: list) -> dict:
     return groups
 
 
-def _verdict_table(result: dict) -> Table:
+def _verdict_tables(result: dict) -> list:
+    """The failing rows' table first, then the other rows folded (a <details> block)."""
+    rows = result.get("checks", [])
+    failing = [c for c in rows if c.get("verdict") in FAILING]
+    others = [c for c in rows if c.get("verdict") not in FAILING]
+    blocks = [_verdict_table(failing)] if failing else []
+    if others:
+        label = "passing" if all(c.get("verdict") == PASS for c in others) else "other (passing, skipped, warnings)"
+        blocks.append(Details(f"{len(others)} {label} rows", [_verdict_table(others)], open=not failing))
+    return blocks
+
+
+def _diagnosis(result: dict) -> list:
+    """A failing audit's diagnosis (`specverify.diagnosis`): its worst cells and the zoo's hint."""
+    from specverify import diagnosis
+
+    try:
+        found = diagnosis.diagnose(result)
+    except (TypeError, ValueError, KeyError, AttributeError):      # a malformed row: the table still shows it
+        return []
+    lines = diagnosis.lines(found)
+    return [Heading(3, "Diagnosis"), BulletList(lines)] if lines else []
+
+
+def _verdict_table(checks: list) -> Table:
     rows, cls = [], []
-    for c in result.get("checks", []):
+    for c in checks:
         d = c.get("data") or {}
         rows.append([c["name"], c["verdict"].upper() + (" (exact)" if c.get("exact") else ""),
                      fmt(c.get("statistic"), ".2f"), fmt(c.get("dof"), "d"), fmt_p(c.get("p_value")),
@@ -149,8 +173,9 @@ def _engine_section(engine: str, results: list, images: _Images, bar) -> list:
     if primary.get("errors"):
         blocks.append(BulletList([f"error: {A.short_value(e, 300)}" for e in primary["errors"]]))
 
+    blocks += _diagnosis(primary)
     blocks.append(Heading(3, "Verdicts" + (f" (seed {primary.get('seed')})" if len(results) > 1 else "")))
-    blocks.append(_verdict_table(primary))
+    blocks += _verdict_tables(primary)
 
     pvals = [c["p_value"] for r in results for c in A.statistical_checks(r)]
     if len(pvals) >= 3:

@@ -111,13 +111,14 @@ def engine_names() -> list:
 
 def run_zoo(names=None, *, seed: int = DEFAULTS.seed, samples: int = DEFAULTS.samples, alpha: float = DEFAULTS.alpha,
             timeout: float = DEFAULTS.timeout, jobs: int | None = None, progress=None, stop: str = "decisive",
-            power_tv: float = DEFAULTS.power_tv, fail_fast: bool = True) -> ZooResult:
+            power_tv: float = DEFAULTS.power_tv, fail_fast: bool = True, checks=None) -> ZooResult:
     """Audit the reference and every mutant (see the module docstring). The zoo stops decisively and
     fails fast by default: a mutant's audit ends at its first failing row, the reference's rows stop
-    once they reach `power_tv` (`battery.decisive`)."""
+    once they reach `power_tv` (`battery.decisive`). `checks`: the checks each audit runs (None: all)."""
     names = list(names or engine_names())
     settings = {"seed": seed, "samples": samples, "alpha": alpha, "timeout": timeout, "stop": stop,
-                "power_tv": power_tv, "fail_fast": fail_fast and stop == "decisive"}
+                "power_tv": power_tv, "fail_fast": fail_fast and stop == "decisive",
+                "checks": None if checks is None else list(checks)}
     jobs = max(1, jobs or min(len(names), os.cpu_count() or 1))
     start = time.perf_counter()
     results = {}
