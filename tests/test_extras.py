@@ -40,7 +40,7 @@ def test_the_audit_skips_it_lists_it_and_passes_the_rest(without_torch, monkeypa
     from specverify.adapters.registry import factory
     from specverify.battery.base import Context
 
-    monkeypatch.setattr(audit_mod, "BATTERY", ["endpoints", "rank_agreement"])
+    monkeypatch.setattr(audit_mod, "default_checks", lambda engine: ["endpoints", "rank_agreement"])
     result = audit_mod.run_audit(factory("reference")(), Context(samples=1000))
     assert result.verdict == "pass"
     assert result.not_covered == {"rank_agreement": "needs torch: pip install 'specverify[engine]'"}
