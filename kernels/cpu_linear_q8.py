@@ -154,7 +154,7 @@ def _micro_q4_1(qx, dx, sx, m0, rows, nib, d, mn, p, out):
             dxr = dx[m0 + r, b]
             sxr = sx[m0 + r, b]
             for j in range(PANEL_N):
-                isum = np.float32(np.int32(lo[r, j]) + np.int32(hi[r, j]))
+                isum = np.float32(np.int32(np.int32(lo[r, j]) + np.int32(hi[r, j])))
                 acc[r, j] += (d[p, b, j] * dxr) * isum + mn[p, b, j] * sxr
     for r in range(rows):
         for j in range(PANEL_N):
