@@ -32,7 +32,7 @@ def main(out: str) -> None:
         runs.append(res)
         print(f"threads {threads}, load average before {load_before}, after {res['loadavg_after']}")
         print(format_table(res), flush=True)
-    write_json(out, {"runs": runs})
+        write_json(out, {"runs": runs})            # after each thread count: a stopped run keeps the first
 
 
 if __name__ == "__main__":
