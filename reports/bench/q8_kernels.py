@@ -1,10 +1,9 @@
 """Kernel-only timing: the exact Q4_1/Q8_0 kernel (cpu_linear_q) against the 8-bit-activation one (cpu_linear_q8) at SmolLM2 shapes, M = 1 and 4, best of 5x10 calls, interleaved: `python reports/bench/q8_kernels.py`."""
-import sys
 import time
 
 import numpy as np
 
-from specverify.kernels import cpu_linear_q, cpu_linear_q8, quant
+from specverify.kernels import cpu_linear_q, cpu_linear_q8
 from specverify.kernels.registry import random_blocks
 SHAPES = [("Q4_1", 960, 576), ("Q4_1", 3072, 576), ("Q4_1", 576, 1536), ("Q8_0", 49152, 576)]   # qkv, gate_up, down, the head (exact on both)
 rng = np.random.default_rng(0)
