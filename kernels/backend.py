@@ -4,6 +4,10 @@ Every op takes and returns torch tensors. Shapes (T = flattened tokens of a ragg
 
     linear(x [M, K], weight [N, K])               -> [M, N]   x @ weight.T, fp32 accumulation; weight a
                                                               tensor or a quant.QuantizedWeight (GGUF blocks)
+    linear_q8(x [M, K], weight [N, K])            -> [M, N]   the same with each row of x first rounded to
+                                                              8-bit blocks of 32 when weight is Q4_1
+                                                              (quant.quantize_activations), integer
+                                                              block dot products; other weights: linear
     rms_norm(x [M, D], weight [D], eps)            -> [M, D]   x / sqrt(mean(x^2) + eps) * weight
     softmax(x [M, V]) / log_softmax(x [M, V])      -> [M, V]   over the last dim, float32 out
     silu_mul(gate [M, F], up [M, F])               -> [M, F]   silu(gate) * up (SwiGLU), elementwise
@@ -42,6 +46,10 @@ class DefaultBackend:
     def linear(self, x, weight):
         from .quant import dequantized
         return x @ dequantized(weight).T       # a QuantizedWeight: its fp32 values, cached
+
+    def linear_q8(self, x, weight):
+        from .quant import linear_q8_emulated
+        return linear_q8_emulated(x, weight)   # x rounded to 8-bit blocks (Q4_1 weights), torch matmul
 
     def rms_norm(self, x, weight, eps: float):
         import torch

@@ -20,6 +20,10 @@ Using it efficiently (what the engine should know):
   * A `QuantizedWeight` (GGUF Q4_1 / Q8_0 blocks) goes to `cpu_linear_q`, which dequantizes in
     registers and sums in `cpu_linear`'s order: the same bits as the fp32-dequantized matrix, from
     a panel layout (built once, kept on the weight) of 0.75 / 1.125 bytes per weight.
+  * "invariant-q8" is this backend with `activations="q8"`: `linear` on a Q4_1 weight quantises
+    each row of x to 8-bit blocks and takes integer dot products (`cpu_linear_q8`): faster, still
+    batch-invariant, but NOT the fp32 path's logits (x is rounded to 8 bits per block). The
+    method `linear_q8` is that kernel on every backend, whatever `activations` says.
   * A (kappa+1)-row verify step reads each weight once, like a decode step (the micro-kernel
     handles ROW_BLOCK = 4 rows per pass over a cached panel), so it costs far less than kappa+1
     decode steps.
@@ -36,7 +40,7 @@ import weakref
 
 import numpy as np
 
-from . import cpu_attention, cpu_linear, cpu_linear_q, cpu_rms_norm, cpu_rotary, cpu_silu_mul, cpu_softmax
+from . import cpu_attention, cpu_linear, cpu_linear_q, cpu_linear_q8, cpu_rms_norm, cpu_rotary, cpu_silu_mul, cpu_softmax
 from .backend import register_backend
 from .cpu_common import assert_no_svml
 from .quant import QuantizedWeight
@@ -79,9 +83,14 @@ class InvariantBackend:
     name = "invariant"
     batch_invariant = True
 
-    def __init__(self, parallel: bool = False):
+    def __init__(self, parallel: bool = False, activations: str = "fp32"):
         assert_no_svml()
+        if activations not in ACTIVATIONS:
+            raise ValueError(f"activations {activations!r}: choose one of {', '.join(ACTIVATIONS)}")
         self.parallel = bool(parallel)
+        self.activations = activations
+        if activations == "q8":
+            self.name = Q8_NAME
         self._packed: dict[int, tuple] = {}
 
     # ------------------------------------------------------------------ linear
@@ -103,11 +112,21 @@ class InvariantBackend:
         return packed
 
     def linear(self, x, weight):
+        if self.activations == "q8":
+            return self.linear_q8(x, weight)
+        return self._linear(x, weight, cpu_linear_q)
+
+    def linear_q8(self, x, weight):
+        """x @ weight.T with x rounded to 8-bit blocks when weight is Q4_1 (`cpu_linear_q8`);
+        any other weight: `linear`'s exact kernels."""
+        return self._linear(x, weight, cpu_linear_q8)
+
+    def _linear(self, x, weight, quantized_kernel):
         import torch
         if isinstance(weight, QuantizedWeight):
             n = weight.n
             panels = weight.packed("cpu", lambda: cpu_linear_q.pack(weight))
-            y = cpu_linear_q.linear(_f32(_rows(x)), panels, n, weight.k, self.parallel)
+            y = quantized_kernel.linear(_f32(_rows(x)), panels, n, weight.k, self.parallel)
         else:
             packed = weight if isinstance(weight, PackedLinearWeight) else self._lookup(weight)
             n = packed.n
@@ -166,4 +185,10 @@ def _version(t):
         return None
 
 
+ACTIVATIONS = ("fp32", "q8")
+"""How `linear` takes x against a Q4_1 weight: as it is (exact) or rounded to 8-bit blocks."""
+Q8_NAME = "invariant-q8"
+
+
 register_backend("invariant", InvariantBackend)
+register_backend(Q8_NAME, lambda: InvariantBackend(activations="q8"))

@@ -131,3 +131,41 @@ def dequantized(weight):
     if isinstance(weight, QuantizedWeight):
         return weight.packed("fp32", lambda: torch.from_numpy(weight.dequantize()))
     return weight
+
+
+QMAX = 127
+"""Largest |int8| an activation is rounded to (`quantize_activations`)."""
+
+
+def quantize_activations(x):
+    """Rows of x [M, K] (fp32 torch tensor) as 8-bit blocks of 32, each row alone: (qx int8 [M, K],
+    dx fp32 [M, K/32], sx fp32 [M, K/32]), the rule `cpu_linear_q8` spells out (amax = max |x| of
+    the block, dx = amax / 127, qx = x * (127 / amax) rounded to nearest, ties away from 0,
+    sx = dx * sum(qx); a block with a NaN or inf gets dx = sx = NaN, qx = 0). Torch ops, for the
+    Triton and default backends; the numba kernel computes the same values in its own loop."""
+    import torch
+    m, k = x.shape
+    if k % BLOCK:
+        raise ValueError(f"quantize_activations: K = {k} is not a multiple of {BLOCK}")
+    xb = x.float().reshape(m, k // BLOCK, BLOCK)                           # [M, K/32, 32]
+    amax = xb.abs().amax(-1)                                               # [M, K/32], exact
+    finite = torch.isfinite(amax)
+    qmax = torch.tensor(float(QMAX), dtype=torch.float32, device=x.device)
+    dx = torch.where(finite, amax / qmax, torch.full_like(amax, float("nan")))
+    inv = torch.where(finite & (amax > 0), qmax / torch.where(amax > 0, amax, qmax), torch.zeros_like(amax))
+    v = xb * inv[:, :, None]
+    q = torch.where(v >= 0, torch.trunc(v + 0.5), -torch.trunc(0.5 - v))
+    q = torch.where(finite[:, :, None], q, torch.zeros_like(q)).to(torch.int8)
+    sx = dx * q.to(torch.int32).sum(-1).to(torch.float32)
+    return q.reshape(m, k), dx, sx
+
+
+def linear_q8_emulated(x, weight):
+    """x @ W.T with x replaced by its 8-bit blocks' values (dx * qx) when W is Q4_1, in torch's
+    default fp32 matmul (NOT batch-invariant: the default backend's `linear_q8`)."""
+    import torch
+    if not (isinstance(weight, QuantizedWeight) and weight.kind == Q4_1):
+        return x @ dequantized(weight).T
+    qx, dx, _ = quantize_activations(x)
+    xq = (qx.reshape(x.shape[0], -1, BLOCK).to(torch.float32) * dx[:, :, None]).reshape(x.shape)
+    return xq @ dequantized(weight).T

@@ -23,10 +23,11 @@ class TritonBackend:
 
     def __init__(self):
         require_triton()
-        from . import (triton_attention, triton_linear, triton_linear_q, triton_rms_norm, triton_rotary,
+        from . import (triton_attention, triton_linear, triton_linear_q, triton_linear_q8, triton_rms_norm, triton_rotary,
                        triton_silu_mul, triton_softmax)
         self._linear = triton_linear.linear
         self._linear_q = triton_linear_q.linear
+        self._linear_q8 = triton_linear_q8.linear
         self._rms_norm = triton_rms_norm.rms_norm
         self._softmax = triton_softmax
         self._rotary = triton_rotary.rotary
@@ -41,6 +42,13 @@ class TritonBackend:
         if weight.dtype != x.dtype:
             weight = weight.to(x.dtype)
         return self._linear(x.reshape(-1, x.shape[-1]), weight).reshape(*lead, weight.shape[0])
+
+    def linear_q8(self, x, weight):
+        if not isinstance(weight, QuantizedWeight):
+            return self.linear(x, weight)
+        lead = x.shape[:-1]
+        y = self._linear_q8(x.reshape(-1, x.shape[-1]), weight)
+        return (y if x.dtype == y.dtype else y.to(x.dtype)).reshape(*lead, weight.n)
 
     def rms_norm(self, x, weight, eps: float):
         return self._rms_norm(x.reshape(-1, x.shape[-1]), weight, eps).reshape(x.shape)

@@ -4,6 +4,9 @@ one run: the timing harness behind `specverify bench` (`specverify/cli/bench.py`
 
 A *path* is how SmolLM2-135M-Instruct (the bundled Q4_1 GGUF) is run:
 
+    q8            our engine, invariant-q8 backend: activations rounded to 8-bit blocks of 32 and
+                  integer dot products against the Q4_1 blocks (`kernels/cpu_linear_q8`; the Q8_0
+                  head stays exact); batch-invariant, but not the fp32 path's logits
     quantized     our engine, invariant backend, Q4_1/Q8_0 blocks dequantized inside the kernels
     fp32          our engine, invariant backend, weights dequantized to fp32 at load
     default       our engine, torch's default ops (not batch-invariant), fp32 weights
@@ -29,10 +32,10 @@ import time
 
 from specverify.engine.scheduler import spec_kappa
 
-PATHS = ("quantized", "fp32", "default", "transformers", "llama.cpp")
+PATHS = ("q8", "quantized", "fp32", "default", "transformers", "llama.cpp")
 EXTERNAL = ("transformers", "llama.cpp")
 """Paths that are not our engine: n-gram speculation only, no per-step metrics."""
-ENGINE_PATHS = {"quantized": ("invariant", "quantized"), "fp32": ("invariant", "fp32"), "default": ("default", "fp32")}
+ENGINE_PATHS = {"q8": ("invariant-q8", "quantized"), "quantized": ("invariant", "quantized"), "fp32": ("invariant", "fp32"), "default": ("default", "fp32")}
 """Our engine's paths: (backend, weights)."""
 LLAMA_CPP_INSTALL = ('CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF '
                      '-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF" pip install llama-cpp-python==0.3.36')
@@ -66,7 +69,7 @@ def weight_bytes(model, backend: str) -> int:
     mats = [m for w in model.layers for m in (w.wqkv, w.wo, w.w_gate_up, w.w_down)] + [model.head]
     total = 0
     for m in mats:
-        if isinstance(m, QuantizedWeight) and backend == "invariant":
+        if isinstance(m, QuantizedWeight) and backend.startswith("invariant"):
             total += sum(a.nbytes for a in m.packed("cpu", lambda m=m: cpu_linear_q.pack(m))[1:])
         else:
             total += 4 * m.shape[0] * m.shape[1]

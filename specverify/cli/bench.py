@@ -14,8 +14,8 @@ from specverify.cli.engine_options import (add_engine_options, apply_threads, ba
 def register(sub) -> None:
     p = sub.add_parser("bench", help="benchmark plain and speculative decode on the real model, several decode paths",
                        description="Plain vs speculative decode tokens/s and acceptance (E, r_i, alpha) on "
-                                   "SmolLM2-135M-Instruct, batch 1, greedy, over decode paths (quantized, fp32, "
-                                   "default, transformers); ratios, bytes per step and the fraction of this "
+                                   "SmolLM2-135M-Instruct, batch 1, greedy, over decode paths (q8, quantized, fp32, "
+                                   "default, transformers, llama.cpp); ratios, bytes per step and the fraction of this "
                                    "machine's memory bandwidth, all measured in one run.")
     p.add_argument("--paths", default="quantized,fp32",
                    help=f"comma-separated decode paths from {', '.join(PATHS)} (default: quantized,fp32; "

@@ -11,7 +11,9 @@ def add_engine_options(p, *, json_help: str, backend: bool = True) -> None:
     every subcommand, '-' or none: stdout) and --threads, in the order --help lists them."""
     if backend:
         p.add_argument("--backend", default="invariant",
-                       help="op backend: invariant (default: batch-invariant, and the fastest here), default (torch ops), triton")
+                       help="op backend: invariant (default: batch-invariant, exact), invariant-q8 (batch-invariant, "
+                            "activations rounded to 8-bit blocks against Q4_1 weights: faster, other logits), "
+                            "default (torch ops), triton")
         p.add_argument("--weights", choices=["quantized", "fp32"], default="quantized",
                        help="how the GGUF's Q4_1/Q8_0 matrices are held: quantized (default: in their blocks, "
                             "dequantized inside the kernels; same logits as fp32 on the invariant backend, "
@@ -57,7 +59,7 @@ def apply_threads(args) -> None:
 
 def backend_for(name: str, threads: int):
     """The op backend `name`, as an object when --threads asks the invariant backend to go parallel."""
-    if name == "invariant" and threads > 1:
+    if name in ("invariant", "invariant-q8") and threads > 1:
         from specverify.kernels.cpu_backend import InvariantBackend
-        return InvariantBackend(parallel=True)
+        return InvariantBackend(parallel=True, activations="q8" if name == "invariant-q8" else "fp32")
     return name

@@ -12,7 +12,8 @@ neighbours or on its position. The first differing row is reported with its M an
 
 Built-in op sets (names instead of a factory): `torch-linear` (torch's default fp32 linear at
 SmolLM2's qkv shape: the negative control, it must fail on a CPU), `invariant` (our numba backend's
-row ops at model shapes) and `triton` (our Triton row ops at small shapes, under TRITON_INTERPRET=1
+row ops at model shapes), `invariant-q8` (the 8-bit-activation linear on Q4_1 blocks at SmolLM2's
+four Q4_1 shapes) and `triton` (our Triton row ops at small shapes, under TRITON_INTERPRET=1
 without a GPU).
 
 The result is an `AuditResult` (the same JSON as `audit`): one exact row `invariance[<op>]` per op.
@@ -169,6 +170,21 @@ def invariant_ops():
     return _backend_ops(get_backend("invariant"), k=576, n=960, d=576)
 
 
+def invariant_q8_ops():
+    """Our 8-bit-activation linear (`invariant-q8`) on seeded Q4_1 blocks at SmolLM2's four Q4_1 shapes."""
+    import numpy as np
+
+    from specverify.kernels.backend import get_backend
+    from specverify.kernels.quant import Q4_1
+    from specverify.kernels.registry import random_blocks
+    be = get_backend("invariant-q8")
+    ops = []
+    for k, n in ((576, 960), (576, 576), (576, 3072), (1536, 576)):
+        w = random_blocks(Q4_1, n, k, np.random.default_rng(k + n))
+        ops.append(RowOp(f"{be.name}.linear[{k}->{n},Q4_1]", lambda x, w=w: be.linear(x, w), (k,)))
+    return ops
+
+
 def triton_ops():
     """Our Triton row ops at small widths (interpreted on a CPU: TRITON_INTERPRET=1 is set when there is no GPU)."""
     from specverify.kernels.triton_common import interpret_without_gpu
@@ -177,4 +193,5 @@ def triton_ops():
     return _backend_ops(get_backend("triton"), k=40, n=40, d=100)
 
 
-BUILTIN = {"torch-linear": torch_linear_ops, "invariant": invariant_ops, "triton": triton_ops}
+BUILTIN = {"torch-linear": torch_linear_ops, "invariant": invariant_ops, "invariant-q8": invariant_q8_ops,
+           "triton": triton_ops}
