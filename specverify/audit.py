@@ -22,10 +22,12 @@ from specverify.errors import AdapterError, InputError
 from . import checks as battery
 from .battery import decisive, onestep
 from .isolation import AdapterHandle, open_adapter
-from .battery.base import CheckResult, Context
+from .battery.base import RULE_LAW, CheckResult, Context
 from .battery.state import AuditState
 from .battery.deviations import BIASED, CONTRACT, KIND_TEXT, NOT_BITWISE, OTHER_RULE, RANKS_DISAGREE  # noqa: F401
 from .verdicts import ERROR, FAIL, PASS, SKIP, WARN
+
+NOT_COVERED_LISTED = 5      # a check's inconclusive rows named in not_covered; the rest counted
 
 # the checks of the battery, in the order they run (`specverify.checks.TABLE`)
 BATTERY = list(battery.NAMES)
@@ -98,7 +100,8 @@ def deviation_of(rows: list[CheckResult]) -> dict | None:
 
     contract: a `contract` row failed. not-bitwise / ranks-disagree: only `bitwise` / only
     `rank_agreement` rows failed (the table's `fails_as`). exact-other-rule: every failing row is a one-step joint law
-    (`joint`, the seeded `*.joint` law), an acceptance rate or the identity draft, and the whole-run
+    (`joint`, the seeded `*.joint` law), an acceptance rate, the identity draft or a step with a fixed
+    draft -- every failing row declares `law == RULE_LAW` (`CheckResult.law`) -- and the whole-run
     law rows (`runs`, `transforms`) ran and passed -- the output stream is exact, the rule accepts
     less than the chain rule (sample-match verification is the classic case). Anything else: biased."""
     failed = [r for r in rows if r.verdict in (FAIL, ERROR)]
@@ -111,8 +114,7 @@ def deviation_of(rows: list[CheckResult]) -> dict | None:
         kind = own.pop()
     else:
         runs = [r for r in rows if _flag(r.check, "whole_run") and r.verdict in (PASS, FAIL)]
-        one_step = all(_flag(r.check, "rule_only") or (r.check == "reproducibility" and ".joint[" in r.name)
-                       for r in failed)
+        one_step = all(r.law == RULE_LAW for r in failed)
         kind = OTHER_RULE if one_step and runs and all(r.verdict == PASS for r in runs) else BIASED
     if kind == OTHER_RULE:
         for r in failed:
@@ -148,6 +150,18 @@ def inputs_unchanged(states: list) -> CheckResult:
                        detail=f"every input array unchanged after each of {calls} adapter calls")
 
 
+def nothing_decided(engine, names, not_covered: dict, rows=()) -> str:
+    """The one line of an audit in which no row was decided: which checks ran, and why each decided
+    nothing (a missing capability, a missing counter, too few samples for any test)."""
+    why = "; ".join(f"{n}: {not_covered[n]}" for n in names if n in not_covered)
+    if any(r.data.get("inconclusive") for r in rows):
+        return (f"engine {engine.name!r}: no row of the checks run ({', '.join(names)}) tested anything at this "
+                f"--samples; raise --samples" + (f"; why: {why[:600]}" if why else ""))
+    return (f"engine {engine.name!r} supports none of the checks run (capabilities: "
+            f"{sorted(getattr(engine, 'capabilities', ()))}; checks: {', '.join(names) or 'none'})"
+            + (f"; why: {why[:600]}" if why else ""))
+
+
 def verdict_of(rows: list[CheckResult]) -> str:
     """The audit's verdict from its decided rows: FAIL if any row failed or errored (warn and skip
     never fail)."""
@@ -180,13 +194,22 @@ def run_checks(engine, ctx: Context, names, ran: _Ran) -> None:
         ran.paid[name] = onestep.sampling_seconds(ctx) - sampled
         for r in found:
             r.check = name
+            if check.law != battery.PER_ROW:
+                r.law = check.law
         ran.rows[name] = found
+        ran.not_covered.pop(name, None)     # a decisive audit's later round decides afresh
         if not any(r.verdict in (PASS, FAIL, ERROR, WARN) for r in found):
             skipped = [r.detail for r in found if r.detail]
             ran.not_covered[name] = skipped[0] if skipped else (
                 f"no row applies to capabilities {', '.join(sorted(getattr(engine, 'capabilities', ())))}")
         else:       # rows that ran beside rows a check could not run (processors not declared)
-            partial = [r.detail for r in found if r.verdict == SKIP and r.data.get("not_covered")]
+            skipped = [r for r in found if r.verdict == SKIP and r.data.get("not_covered")]
+            partial = [r.detail for r in skipped if not r.data.get("inconclusive")]
+            thin = [r.name for r in skipped if r.data.get("inconclusive")]
+            if thin:            # rows too few samples reach: counted, the first few named
+                more = f" and {len(thin) - NOT_COVERED_LISTED} more" if len(thin) > NOT_COVERED_LISTED else ""
+                partial.append(f"{len(thin)} row(s) inconclusive, too few samples reach them for a law test: "
+                               f"{', '.join(thin[:NOT_COVERED_LISTED])}{more}")
             if partial:
                 ran.not_covered[name] = "; ".join(partial)
     ran.shared = onestep.sampling_seconds(ctx)
@@ -288,8 +311,7 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
         rows.extend(extra(engine, ctx))
     apply_holm(rows, ctx)
     if not any(r.verdict in (PASS, FAIL) for r in rows):
-        raise AdapterError(f"engine {engine.name!r} supports none of the checks run (capabilities: "
-                           f"{sorted(getattr(engine, 'capabilities', ()))}; checks: {', '.join(names) or 'none'})")
+        raise AdapterError(nothing_decided(engine, names, not_covered, rows))
     if isinstance(engine, AdapterHandle):
         rows.append(inputs_unchanged([c.state for _, c, _ in done]))
     return AuditResult(engine=str(engine.name), verdict=verdict_of(rows), seed=ctx.seed, alpha=ctx.alpha,
@@ -329,8 +351,7 @@ def _run_decisive(engine, ctx: Context, names: list, extra, start: float, *, pow
     for name, why in out.not_covered.items():
         not_covered[name] = f"{not_covered[name]}; {why}" if name in not_covered else why
     if not any(r.verdict in (PASS, FAIL) for r in rows):
-        raise AdapterError(f"engine {engine.name!r} supports none of the checks run (capabilities: "
-                           f"{sorted(getattr(engine, 'capabilities', ()))}; checks: {', '.join(names) or 'none'})")
+        raise AdapterError(nothing_decided(engine, names, not_covered, rows))
     if isinstance(engine, AdapterHandle):
         rows.append(inputs_unchanged([c.state for c in out.contexts]))
     result = AuditResult(engine=str(engine.name), verdict=verdict_of(rows), seed=ctx.seed, alpha=ctx.alpha,
