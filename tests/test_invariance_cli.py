@@ -31,6 +31,39 @@ USER_OPS = textwrap.dedent('''
 
     def op_raises():
         return RowOp("boom", lambda x: x[:, 99], (4,))
+
+    def _hog(x):
+        return sum(range(10**15))        # one C call holding the GIL: ignores ^C and SIGTERM in-process
+
+    def hangs():
+        return RowOp("hog", _hog, (4,))
+
+    def _segv(x):
+        import ctypes
+        ctypes.string_at(0)
+
+    def segfaults():
+        return RowOp("segv", _segv, (4,))
+
+    def _exit3(x):
+        import os
+        os._exit(3)
+
+    def exits():
+        return RowOp("exit3", _exit3, (4,))
+
+    def _sysexit(x):
+        raise SystemExit(4)
+
+    def system_exit():
+        return RowOp("sysexit", _sysexit, (4,))
+
+    def _chatty(x):
+        print("chatter on stdout")
+        return 2 * x
+
+    def chatty():
+        return RowOp("chatty", _chatty, (4,))
 ''')
 
 
@@ -103,6 +136,26 @@ def test_user_ops_from_a_file(user_file):
 ])
 def test_bad_input_is_one_line_and_exit_2(user_file, args, needle):
     one_line_exit_2(cli(*[a.format(file=user_file) for a in args]), needle)
+
+
+@pytest.mark.parametrize("factory, needle", [
+    ("hangs", "op 'hog': no answer within 3 s; the adapter process was killed"),
+    ("segfaults", "op 'segv': the adapter process died of SIGSEGV"),
+    ("exits", "op 'exit3': the adapter process exited with status 3"),
+    ("system_exit", "op 'sysexit': raised SystemExit: 4"),
+])
+def test_an_op_that_hangs_or_dies_is_one_line_and_exit_2(user_file, factory, needle):
+    # ran in-process: a GIL-holding op ignored ^C and SIGTERM with no timeout, a segfault, os._exit or
+    # SystemExit ended the command silently (139/3/4, empty stderr)
+    proc = cli(f"{user_file}:{factory}", "--sizes", "1..2", "--timeout", "3", timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and needle in lines[0] and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_what_an_op_prints_never_reaches_json_on_stdout(user_file):
+    proc = cli(f"{user_file}:chatty", "--sizes", "1..2", "--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["verdict"] == "pass" and "chatter" not in proc.stdout
 
 
 def test_help_names_the_ops_and_exit_codes():

@@ -120,24 +120,69 @@ def check_op(op: RowOp, *, sizes=SIZES, seed: int = 0) -> CheckResult:
                        detail=detail, data=data)
 
 
-def run(spec: str, *, sizes=SIZES, seed: int = 0, progress=None) -> AuditResult:
-    """Every op of `spec` through `check_op`, as an AuditResult (verdict fail if any row fails)."""
+def run(spec: str, *, sizes=SIZES, seed: int = 0, progress=None, timeout: float | None = None,
+        isolated: bool = True) -> AuditResult:
+    """Every op of `spec` through `check_op`, as an AuditResult (verdict fail if any row fails).
+
+    isolated (the default, as an audit's adapter): the ops are loaded and run in a worker process of
+    their own (`specverify.isolation`), each op one call under `timeout` s (default: the audit's): an op
+    that hangs holding the GIL is killed at the timeout, one that segfaults, calls os._exit or raises
+    SystemExit is a one-line AdapterError naming how it ended, ^C ends it at once, and what it prints
+    goes to the worker's log, never to this process's stdout (`--json -`)."""
     if not sizes or any(int(m) < 1 for m in sizes):
         raise InputError(f"launch sizes {list(sizes)!r}: each must be an integer >= 1")
     t0 = time.perf_counter()
-    ops = load_ops(spec)
     rows = []
-    for op in ops:
-        if progress:
-            progress(f"invariance {op.name}")
-        row = check_op(op, sizes=sizes, seed=seed)
+    if isolated:
+        from specverify.isolation import open_adapter
+        timeout = DEFAULTS.timeout if timeout is None else timeout
+        start = max(timeout, DEFAULTS.timeout)      # starting the worker and importing the ops (torch)
+        with open_adapter(OpsHost, timeout=start) as host:
+            names = host.run(_load_in_worker, spec, what=f"ops {spec!r}: loading the ops")
+            host.timeout = timeout
+            for name in names:
+                if progress:
+                    progress(f"invariance {name}")
+                rows.append(host.run(_check_in_worker, spec, name, tuple(sizes), seed, what=f"op {name!r}"))
+    else:
+        for op in load_ops(spec):
+            if progress:
+                progress(f"invariance {op.name}")
+            rows.append(check_op(op, sizes=sizes, seed=seed))
+    for row in rows:
         row.check = "invariance"
-        rows.append(row)
     failed = [r for r in rows if r.verdict == FAIL]
     deviation = {"kind": BATCH_VARIANT, "text": BATCH_VARIANT_TEXT, "rows": len(failed)} if failed else None
     return AuditResult(engine=spec, verdict=FAIL if failed else PASS, seed=seed, alpha=DEFAULTS.alpha, samples=0,
                        checks=rows, seconds=time.perf_counter() - t0, deviation=deviation,
                        check_seconds={"invariance": sum(r.seconds for r in rows)})
+
+
+class OpsHost:
+    """What the worker builds for `run(isolated=True)`: nothing but a host for the user's ops, which
+    `_load_in_worker` loads there (its `ops`, by name)."""
+
+    name = "invariance"
+    version = None
+    capabilities = ()
+
+    def __init__(self):
+        self.ops: dict = {}
+
+
+def _load_in_worker(host: OpsHost, spec: str) -> list:
+    """In the worker: load the ops of `spec` onto the host; their names, in order."""
+    try:
+        ops = load_ops(spec)
+    except InputError as exc:       # a bad spec: its own message (one line, exit 2)
+        raise AdapterError(str(exc)) from None
+    host.ops = {op.name: op for op in ops}
+    return list(host.ops)
+
+
+def _check_in_worker(host: OpsHost, spec: str, name: str, sizes: tuple, seed: int) -> CheckResult:
+    """In the worker: `check_op` of the loaded op `name`."""
+    return check_op(host.ops[name], sizes=sizes, seed=seed)
 
 
 # ----------------------------------------------------------------------------------- built-in sets
