@@ -33,8 +33,23 @@ from specverify.errors import AdapterError
 BACKEND = "gloo"
 POLL_S = 0.05
 SETTLE_S = 1.0          # s to let the other ranks fail after one did, before naming the first
-# one thread per rank process: `world` ranks share the machine's cores
-RANK_ENV = {"OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def loopback_interface() -> str:
+    """The loopback network interface's name ("lo" on Linux, "lo0" on macOS)."""
+    import socket
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        names = []
+    return next((n for n in names if n.startswith("lo")), "lo")
+
+
+# one thread per rank process: `world` ranks share the machine's cores; gloo (and tensorpipe) listen and
+# connect on the loopback interface only -- by default gloo binds the address the host name resolves to,
+# which may be a network-facing one
+RANK_ENV = {"OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE",
+            "GLOO_SOCKET_IFNAME": loopback_interface(), "TP_SOCKET_IFNAME": loopback_interface()}
 
 
 def adapter_ref(engine, fallback=None):

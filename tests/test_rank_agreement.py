@@ -76,6 +76,23 @@ def test_the_harness_starts_the_groups_and_names_a_failing_rank():
         run_ranks(("name", "reference"), _raise_on_rank_1, (), (2,), timeout=120, what="t")
 
 
+def _addresses(adapter):
+    import os
+
+    import psutil
+    return os.environ.get("GLOO_SOCKET_IFNAME"), sorted({c.laddr.ip for c in psutil.Process().net_connections("inet")})
+
+
+def test_ranks_listen_and_connect_on_loopback_only():
+    # gloo bound the address the host name resolves to (seen non-loopback where the host name maps there)
+    import ipaddress
+    pytest.importorskip("psutil")
+    got = run_ranks(("name", "reference"), _addresses, (), (2,), timeout=120, what="t")
+    for ifname, ips in got[2]:
+        assert ifname and ifname.startswith("lo"), ifname
+        assert ips and all(ipaddress.ip_address(ip).is_loopback for ip in ips), ips
+
+
 def test_an_adapter_that_cannot_be_rebuilt_is_not_covered():
     class Local(ReferenceEngine):
         pass
