@@ -129,3 +129,37 @@ def test_no_rank_process_outlives_the_audit():
     finally:
         for pid in _group(proc.pid):
             os.kill(pid, 9)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="no /proc to list a process group with")
+def test_an_audit_killed_while_the_fork_server_starts_leaves_no_rank_and_no_folder(tmp_path):
+    """The audit SIGKILLed while the fork server still imports torch: the server then forks the rank it
+    was asked for and cannot answer its pid. That rank, waiting for a second rank that never comes,
+    ran for minutes with its folder; it must end with the server, and the folder go."""
+    import json
+    import pickle
+    import tempfile
+    import time
+
+    from specverify import ranks
+    tmp = tempfile.mkdtemp(prefix=ranks.RANKS_PREFIX)
+    with open(os.path.join(tmp, "job.pkl"), "wb") as f:
+        pickle.dump((list(sys.path), ("name", "reference"), __name__, "_world", ()), f)
+    server = subprocess.Popen([sys.executable, "-c", ranks._SERVER_BOOT, json.dumps(sys.path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+                              env={**os.environ, **ranks.RANK_ENV})
+    try:
+        server.stdin.write(json.dumps([tmp, 0, [2]]) + "\n")     # rank 0 of 2: it waits for rank 1
+        server.stdin.flush()
+        server.stdout.close()                                      # the audit is gone: no one reads the pid
+        server.stdin.close()
+        deadline = time.monotonic() + 120
+        while (_group(server.pid) or os.path.exists(tmp)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _group(server.pid) == [] and not os.path.exists(tmp), (_group(server.pid), os.listdir(tmp))
+    finally:
+        for pid in _group(server.pid):
+            os.kill(pid, 9)
+        server.wait(10)
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
