@@ -81,6 +81,11 @@ class SamplingParams:
         object.__setattr__(self, "logit_bias", bias)
         if any(int(t) < 0 for t in self.bad_token_ids):
             raise InputError(f"bad_token_ids {self.bad_token_ids!r}: token ids must be >= 0")
+        if any(int(t) < 0 for t in self.stop_token_ids):
+            raise InputError(f"stop_token_ids {self.stop_token_ids!r}: token ids must be >= 0")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer))
+                                      or not 0 <= self.seed < 2**63):
+            raise InputError(f"seed {self.seed!r} must be an integer in [0, 2^63)")
         if any(not len(q) or any(int(t) < 0 for t in q) for q in self.bad_sequences):
             raise InputError(f"bad_sequences {self.bad_sequences!r}: non-empty sequences of token ids >= 0")
         if self.grammar is not None:
