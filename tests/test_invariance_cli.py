@@ -3,6 +3,7 @@ our invariant and Triton (interpreted) backends pass, a user's ops from a file a
 way, and every bad input is one line and exit 2."""
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -163,3 +164,41 @@ def test_help_names_the_ops_and_exit_codes():
     assert proc.returncode == 0
     for word in ("torch-linear", "invariant", "triton", "pkg.module:factory", "RowOp", "exit codes"):
         assert word in proc.stdout
+
+
+def test_a_deterministic_nan_is_invariant_and_a_launch_dependent_one_is_not():
+    # torch.equal calls NaN != NaN: an op that returns the same NaN row every time read "depends on the launch"
+    import torch
+    from specverify.kerneltools.op_invariance import RowOp, check_op
+    same = check_op(RowOp("nan", lambda x: torch.full_like(x, float("nan")), (4,)), sizes=(1, 2, 3))
+    assert same.verdict == "pass", same.detail
+    moves = check_op(RowOp("nan-after-1", lambda x: x if x.shape[0] == 1 else torch.full_like(x, float("nan")), (4,)),
+                     sizes=(1, 2, 3))
+    assert moves.verdict == "fail"
+
+
+def test_an_op_returning_another_number_of_rows_is_an_adapter_error():
+    import torch
+    from specverify.errors import AdapterError
+    from specverify.kerneltools.op_invariance import RowOp, check_op
+    with pytest.raises(AdapterError, match=r"op 'extra': a launch of 1 row\(s\) returned \(2, 4\)"):
+        check_op(RowOp("extra", lambda x: torch.cat([x, x[:1]]), (4,)), sizes=(1, 2))
+    with pytest.raises(AdapterError, match="returned float"):
+        check_op(RowOp("scalar", lambda x: 1.0, (4,)), sizes=(1, 2))
+
+
+@pytest.mark.parametrize("op_kw, needle", [
+    (dict(row_shape=8), "row_shape 8 must be a tuple of positive integers"),
+    (dict(row_shape=(True,)), "row_shape (True,) must be a tuple"),
+    (dict(row_shape=(0,)), "must be a tuple of positive integers"),
+    (dict(row_shape=(1 << 30,)), "is too large"),
+    (dict(row_shape=(4,), dtype="float32"), "dtype 'float32' must be a torch floating dtype"),
+    (dict(row_shape=(4,), dtype=int), "must be a torch floating dtype"),
+    (dict(row_shape=(4,), name=None), "an op's name must be a non-empty string"),
+])
+def test_bad_op_declarations_are_one_line_adapter_errors(op_kw, needle):
+    from specverify.errors import AdapterError
+    from specverify.kerneltools.op_invariance import RowOp, _ops_of
+    kw = {"name": "op", "fn": lambda x: x, **op_kw}
+    with pytest.raises(AdapterError, match=re.escape(needle)):
+        _ops_of(RowOp(**kw), "f.py:ops")

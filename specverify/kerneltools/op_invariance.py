@@ -23,6 +23,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from specverify.audit import AuditResult
 from specverify.battery.base import FAIL, PASS, CheckResult
 from specverify.errors import AdapterError, InputError
@@ -60,9 +62,28 @@ def _ops_of(value, spec: str) -> list:
     for v in value:
         if not callable(v.fn):
             raise AdapterError(f"ops {spec!r}: op {v.name!r}: fn is not callable")
-        if not v.row_shape or any(not isinstance(s, int) or s < 1 for s in v.row_shape):
-            raise AdapterError(f"ops {spec!r}: op {v.name!r}: row_shape {v.row_shape!r} must be positive integers")
+        if not isinstance(v.name, str) or not v.name:
+            raise AdapterError(f"ops {spec!r}: an op's name must be a non-empty string, got {v.name!r:.80}")
+        shape = v.row_shape
+        if (not isinstance(shape, (tuple, list)) or not shape
+                or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in shape)):
+            raise AdapterError(f"ops {spec!r}: op {v.name!r}: row_shape {shape!r:.80} must be a tuple of positive "
+                               "integers, e.g. (576,)")
+        if int(np.prod(shape)) * POOL > MAX_POOL_ELEMENTS:
+            raise AdapterError(f"ops {spec!r}: op {v.name!r}: row_shape {tuple(shape)} is too large ({POOL} rows "
+                               f"of {int(np.prod(shape))} elements; at most {MAX_POOL_ELEMENTS} in all)")
+        if v.dtype is not None and not _float_dtype(v.dtype):
+            raise AdapterError(f"ops {spec!r}: op {v.name!r}: dtype {v.dtype!r:.80} must be a torch floating dtype "
+                               "(e.g. torch.bfloat16) or None")
     return list(value)
+
+
+MAX_POOL_ELEMENTS = 1 << 28     # elements of an op's seeded input pool (2 GiB of float64 while drawn)
+
+
+def _float_dtype(dtype) -> bool:
+    import torch
+    return isinstance(dtype, torch.dtype) and dtype.is_floating_point
 
 
 def load_ops(spec: str) -> list:
@@ -95,7 +116,7 @@ def check_op(op: RowOp, *, sizes=SIZES, seed: int = 0) -> CheckResult:
 
     from specverify.kernels.registry import RowCase
 
-    from .invariance import case_invariance
+    from .invariance import LaunchShapeError, case_invariance
     dtype = op.dtype or torch.float32
     g = torch.Generator().manual_seed(seed)
     pool = (torch.randn((POOL, *op.row_shape), generator=g, dtype=torch.float64) * ROW_SCALE).to(dtype)
@@ -103,6 +124,8 @@ def check_op(op: RowOp, *, sizes=SIZES, seed: int = 0) -> CheckResult:
     t0 = time.perf_counter()
     try:
         r = case_invariance(_Single(op), "run", case, sizes)
+    except LaunchShapeError as exc:
+        raise AdapterError(f"op {op.name!r}: {str(exc).split(': ', 1)[-1]}") from None
     except Exception as exc:  # noqa: BLE001 - the user's op may raise anything
         raise AdapterError(f"op {op.name!r} raised {type(exc).__name__}: {exc}".splitlines()[0]) from exc
     seconds = time.perf_counter() - t0
