@@ -150,6 +150,14 @@ def inputs_unchanged(states: list) -> CheckResult:
                        detail=f"every input array unchanged after each of {calls} adapter calls")
 
 
+JOBS_PER_CORE = 4           # jobs above this many a core are refused (--jobs 1000 started 49 adapter processes)
+
+
+def max_jobs() -> int:
+    """The most jobs (side-by-side adapter processes) an audit accepts on this machine."""
+    return JOBS_PER_CORE * max(1, os.cpu_count() or 1)
+
+
 def nothing_decided(engine, names, not_covered: dict, rows=()) -> str:
     """The one line of an audit in which no row was decided: which checks ran, and why each decided
     nothing (a missing capability, a missing counter, too few samples for any test)."""
@@ -378,8 +386,11 @@ class Audit:
         """Run the audit; `jobs` > 1 runs independent checks side by side, each job with an adapter
         process of its own (results identical to one job). Closes the adapter when done."""
         checks = None if self.settings.checks is None else list(self.settings.checks)
-        if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-            raise InputError(f"jobs {jobs!r}: must be an integer >= 1")
+        limit = max_jobs()
+        if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= limit:
+            self.engine.kill()              # its adapter process goes now, not at exit
+            raise InputError(f"jobs {jobs!r}: must be an integer in [1, {limit}] ({JOBS_PER_CORE} a core at most: "
+                             "each job is an adapter process)")
         open_engine = None
         if self.source is not None:
             def open_engine():

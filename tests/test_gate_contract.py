@@ -451,6 +451,33 @@ def test_too_few_samples_to_test_anything_is_refused_and_untested_rows_are_liste
     assert not any(r.verdict == "pass" and "no test" in r.detail for r in result.checks)
 
 
+def test_jobs_are_bounded_by_the_cores():
+    from specverify.audit import max_jobs, prepare
+    # --jobs 1000 started 49 adapter processes; 10^13 is refused as the adapter-protocol page says
+    for jobs in (max_jobs() + 1, 1000, 10**13):
+        one_line_exit_2(cli("audit", "reference", "--samples", "2000", "--checks", "marginal", "--jobs", str(jobs)),
+                        f"must be an integer in [1, {max_jobs()}]")
+    with pytest.raises(InputError, match="must be an integer in"):
+        prepare("reference", {"samples": 2000, "checks": "marginal"}).run(jobs=max_jobs() + 1)
+
+
+def test_an_audit_that_decides_nothing_says_why():
+    # "supports none of the checks run" did not say that generate() reported no counters
+    from specverify.audit import Context, run_audit
+    from specverify.errors import AdapterError
+    from specverify.reference.toy_engine import SpecEngine
+
+    class NoCounters:
+        name = "no-counters"
+        capabilities = {"engine"}
+
+        def generate(self, target, draft, prompt, kappa, transform, seed, n, length):
+            return SpecEngine().generate(target, draft, prompt, kappa, transform, seed, n, length)[0]
+
+    with pytest.raises(AdapterError, match="why: identity: generate\\(\\) reported no num_drafted/num_accepted"):
+        run_audit(NoCounters(), Context(samples=1000), ["identity"])
+
+
 def test_every_check_declares_the_law_its_rows_test():
     from specverify import checks
     from specverify.battery.base import LAWS
