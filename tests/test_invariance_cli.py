@@ -202,3 +202,30 @@ def test_bad_op_declarations_are_one_line_adapter_errors(op_kw, needle):
     kw = {"name": "op", "fn": lambda x: x, **op_kw}
     with pytest.raises(AdapterError, match=re.escape(needle)):
         _ops_of(RowOp(**kw), "f.py:ops")
+
+
+def test_ctrl_c_ends_a_gil_holding_op_and_its_process(user_file):
+    # in-process, an op holding the GIL ignored ^C and SIGTERM: now it runs in a worker the CLI kills
+    import signal
+    import time
+    proc = subprocess.Popen([sys.executable, "-m", "specverify", "invariance", f"{user_file}:hangs", "--sizes", "1..2",
+                             "--timeout", "300"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        children = []
+        while time.monotonic() < deadline and not children:
+            out = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+            children = [int(c) for c in out]
+            time.sleep(0.2)
+        assert children, "no worker started"
+        time.sleep(8.0)                          # loaded, inside the op
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert time.monotonic() - sent < 5.0
+        assert proc.returncode == 130 and err.strip().endswith("specverify: interrupted"), err
+        time.sleep(0.5)
+        for pid in children:
+            assert not os.path.exists(f"/proc/{pid}") or "zombie" in open(f"/proc/{pid}/status").read().lower()
+    finally:
+        proc.kill()
