@@ -216,7 +216,7 @@ def test_the_pytest_marker_and_options_are_checked_with_one_line(tmp_path):
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     out = proc.stdout
     assert proc.returncode == 1 and "5 failed" in out, out[-3000:]
-    assert "specverify: @pytest.mark.specverify(samples=...) -5: must be an integer in [100, 4000000]" in out
+    assert "specverify: @pytest.mark.specverify(samples=...) -5: must be an integer in [200, 4000000]" in out
     assert "specverify: @pytest.mark.specverify takes keyword settings" in out and "'sample'" in out
     assert "specverify: alpha= 2.0: must be in (0, 1)" in out
     assert "specverify: adapter 'typo': unknown capability name(s) chian" in out
@@ -386,7 +386,8 @@ def test_inputs_changed_in_place_are_a_contract_failure_and_the_other_rows_stay_
     assert [r.name for r in failed] == ["contract.inputs_unchanged"], [(r.name, r.detail) for r in failed]
     assert "batch.target_probs" in failed[0].detail and ".verify (" in failed[0].detail
     assert result.deviation["kind"] == CONTRACT
-    assert all(r.verdict == "pass" for r in result.checks if r.check != "contract")
+    assert all(r.verdict == "pass" or r.data.get("inconclusive")       # rows too few samples reach: listed
+               for r in result.checks if r.check != "contract")
 
 
 def as_from_a_terminal():
