@@ -26,11 +26,13 @@ from specverify.format import json_safe
 from . import checks as battery
 from .battery import decisive, onestep
 from .isolation import AdapterHandle, open_adapter
-from .battery.base import CheckResult, Context
+from .battery.base import RULE_LAW, CheckResult, Context
 from .battery.state import AuditState
 from .battery.deviations import BIASED, CONTRACT, KIND_TEXT, NOT_BITWISE, OTHER_RULE, RANKS_DISAGREE  # noqa: F401
 from .battery.deviations import ACCEPT_ABOVE, EXACT_BUT_SLOW, SPEED_CHECKS
 from .verdicts import ERROR, FAIL, PASS, SKIP, WARN
+
+NOT_COVERED_LISTED = 5      # a check's inconclusive rows named in not_covered; the rest counted
 
 # the checks of the battery, in the order they run (`specverify.checks.TABLE`)
 BATTERY = list(battery.NAMES)
@@ -137,7 +139,8 @@ def deviation_of(rows: list[CheckResult]) -> dict | None:
 
     contract: a `contract` row failed. not-bitwise / ranks-disagree: only `bitwise` / only
     `rank_agreement` rows failed (the table's `fails_as`). exact-other-rule: every failing row is a one-step joint law
-    (`joint`, the seeded `*.joint` law), an acceptance rate or the identity draft, and the whole-run
+    (`joint`, the seeded `*.joint` law), an acceptance rate, the identity draft or a step with a fixed
+    draft -- every failing row declares `law == RULE_LAW` (`CheckResult.law`) -- and the whole-run
     law rows (`runs`, `transforms`) ran and passed -- the output stream is exact, the rule accepts
     less than the chain rule (sample-match verification is the classic case). exact-but-slow /
     acceptance-above-exact: as exact-other-rule, but every failing row is the engine's acceptance law
@@ -154,8 +157,7 @@ def deviation_of(rows: list[CheckResult]) -> dict | None:
         kind = own.pop()
     else:
         runs = [r for r in rows if _flag(r.check, "whole_run") and r.verdict in (PASS, FAIL)]
-        one_step = all(_flag(r.check, "rule_only") or (r.check == "reproducibility" and ".joint[" in r.name)
-                       for r in failed)
+        one_step = all(r.law == RULE_LAW for r in failed)
         kind = OTHER_RULE if one_step and runs and all(r.verdict == PASS for r in runs) else BIASED
     speed = [(r.data or {}).get("acceptance") for r in failed if r.check == "engine_acceptance"]
     if kind == OTHER_RULE and speed and all(r.check in SPEED_CHECKS for r in failed) and all(
@@ -212,6 +214,26 @@ def with_diagnosis(result: AuditResult) -> AuditResult:
     return result
 
 
+JOBS_PER_CORE = 4           # jobs above this many a core are refused (--jobs 1000 started 49 adapter processes)
+
+
+def max_jobs() -> int:
+    """The most jobs (side-by-side adapter processes) an audit accepts on this machine."""
+    return JOBS_PER_CORE * max(1, os.cpu_count() or 1)
+
+
+def nothing_decided(engine, names, not_covered: dict, rows=()) -> str:
+    """The one line of an audit in which no row was decided: which checks ran, and why each decided
+    nothing (a missing capability, a missing counter, too few samples for any test)."""
+    why = "; ".join(f"{n}: {not_covered[n]}" for n in names if n in not_covered)
+    if any(r.data.get("inconclusive") for r in rows):
+        return (f"engine {engine.name!r}: no row of the checks run ({', '.join(names)}) tested anything at this "
+                f"--samples; raise --samples" + (f"; why: {why[:600]}" if why else ""))
+    return (f"engine {engine.name!r} supports none of the checks run (capabilities: "
+            f"{sorted(getattr(engine, 'capabilities', ()))}; checks: {', '.join(names) or 'none'})"
+            + (f"; why: {why[:600]}" if why else ""))
+
+
 def verdict_of(rows: list[CheckResult]) -> str:
     """The audit's verdict from its decided rows: FAIL if any row failed or errored (warn and skip
     never fail)."""
@@ -244,13 +266,22 @@ def run_checks(engine, ctx: Context, names, ran: _Ran) -> None:
         ran.paid[name] = onestep.sampling_seconds(ctx) - sampled
         for r in found:
             r.check = name
+            if check.law != battery.PER_ROW:
+                r.law = check.law
         ran.rows[name] = found
+        ran.not_covered.pop(name, None)     # a decisive audit's later round decides afresh
         if not any(r.verdict in (PASS, FAIL, ERROR, WARN) for r in found):
             skipped = [r.detail for r in found if r.detail]
             ran.not_covered[name] = skipped[0] if skipped else (
                 f"no row applies to capabilities {', '.join(sorted(getattr(engine, 'capabilities', ())))}")
         else:       # rows that ran beside rows a check could not run (processors not declared)
-            partial = [r.detail for r in found if r.verdict == SKIP and r.data.get("not_covered")]
+            skipped = [r for r in found if r.verdict == SKIP and r.data.get("not_covered")]
+            partial = [r.detail for r in skipped if not r.data.get("inconclusive")]
+            thin = [r.name for r in skipped if r.data.get("inconclusive")]
+            if thin:            # rows too few samples reach: counted, the first few named
+                more = f" and {len(thin) - NOT_COVERED_LISTED} more" if len(thin) > NOT_COVERED_LISTED else ""
+                partial.append(f"{len(thin)} row(s) inconclusive, too few samples reach them for a law test: "
+                               f"{', '.join(thin[:NOT_COVERED_LISTED])}{more}")
             if partial:
                 ran.not_covered[name] = "; ".join(partial)
     ran.shared = onestep.sampling_seconds(ctx)
@@ -370,8 +401,7 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
     not_covered.update(missing)
     apply_holm(rows, ctx)
     if not any(r.verdict in (PASS, FAIL) for r in rows):
-        raise AdapterError(f"engine {engine.name!r} supports none of the checks run (capabilities: "
-                           f"{sorted(getattr(engine, 'capabilities', ()))}; checks: {', '.join(names) or 'none'})")
+        raise AdapterError(nothing_decided(engine, names, not_covered, rows))
     if isinstance(engine, AdapterHandle):
         rows.append(inputs_unchanged([c.state for _, c, _ in done]))
     return with_diagnosis(AuditResult(
@@ -413,8 +443,7 @@ def _run_decisive(engine, ctx: Context, names: list, extra, start: float, *, pow
     rows.extend(unavailable_rows(missing or {}))
     not_covered.update(missing or {})
     if not any(r.verdict in (PASS, FAIL) for r in rows):
-        raise AdapterError(f"engine {engine.name!r} supports none of the checks run (capabilities: "
-                           f"{sorted(getattr(engine, 'capabilities', ()))}; checks: {', '.join(names) or 'none'})")
+        raise AdapterError(nothing_decided(engine, names, not_covered, rows))
     if isinstance(engine, AdapterHandle):
         rows.append(inputs_unchanged([c.state for c in out.contexts]))
     result = AuditResult(engine=str(engine.name), verdict=verdict_of(rows), seed=ctx.seed, alpha=ctx.alpha,
@@ -441,8 +470,11 @@ class Audit:
         """Run the audit; `jobs` > 1 runs independent checks side by side, each job with an adapter
         process of its own (results identical to one job). Closes the adapter when done."""
         checks = None if self.settings.checks is None else list(self.settings.checks)
-        if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-            raise InputError(f"jobs {jobs!r}: must be an integer >= 1")
+        limit = max_jobs()
+        if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= limit:
+            self.engine.kill()              # its adapter process goes now, not at exit
+            raise InputError(f"jobs {jobs!r}: must be an integer in [1, {limit}] ({JOBS_PER_CORE} a core at most: "
+                             "each job is an adapter process)")
         open_engine = None
         if self.source is not None:
             def open_engine():

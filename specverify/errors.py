@@ -15,3 +15,8 @@ class InputError(SpecVerifyError, ValueError):
 
 class AdapterError(SpecVerifyError):
     """An engine or plug-in under audit could not be loaded, crashed or hung."""
+
+
+class OutputError(InputError):
+    """A result, report or file could not be written (full disk, a folder replaced by a file, no
+    permission): one line and exit 2 like an input error, whatever the verdict was."""

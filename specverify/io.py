@@ -9,22 +9,45 @@ import tempfile
 from specverify.format import json_safe
 
 
+def umask_mode(mode: int = 0o666) -> int:
+    """`mode` as the process's umask leaves it (what open() would create)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mode & ~mask
+
+
 def write_atomic(path: str, data: str | bytes) -> None:
-    """Write `data` to `path` via a temporary file in the same folder and an atomic rename."""
+    """Write `data` to `path` via a temporary file in the same folder and an atomic rename; the file
+    gets the permissions open() would give it (mkstemp's are 0600). A failed write (full disk, a folder
+    replaced by a file meanwhile, no permission) is an OutputError naming the path: one line, exit 2."""
+    from specverify.errors import OutputError
+
     folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
     mode = "wb" if isinstance(data, bytes) else "w"
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    tmp = None
     try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
         with os.fdopen(fd, mode) as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, umask_mode())
         os.replace(tmp, path)
+    except OSError as exc:
+        _remove(tmp)
+        raise OutputError(f"{path}: could not be written ({exc.strerror or exc})") from None
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        _remove(tmp)
         raise
+
+
+def _remove(tmp) -> None:
+    if tmp is not None:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 
 
 def json_text(obj) -> str:

@@ -103,7 +103,11 @@ class ExactnessGate:
             audit = prepare(engine, given)
             result = audit.run(jobs=self.jobs)
         except (AdapterError, InputError) as exc:
-            pytest.fail(f"specverify: {exc}", pytrace=False)
+            error = f"specverify: {exc}"
+        else:
+            error = None
+        if error is not None:           # outside the except: no chained exception printing it twice
+            pytest.fail(error, pytrace=False)
         result.spec = audit.spec
         result.settings = audit.settings.to_dict()
         if self.report_dir:

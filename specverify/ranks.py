@@ -33,8 +33,23 @@ from specverify.errors import AdapterError
 BACKEND = "gloo"
 POLL_S = 0.05
 SETTLE_S = 1.0          # s to let the other ranks fail after one did, before naming the first
-# one thread per rank process: `world` ranks share the machine's cores
-RANK_ENV = {"OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def loopback_interface() -> str:
+    """The loopback network interface's name ("lo" on Linux, "lo0" on macOS)."""
+    import socket
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        names = []
+    return next((n for n in names if n.startswith("lo")), "lo")
+
+
+# one thread per rank process: `world` ranks share the machine's cores; gloo (and tensorpipe) listen and
+# connect on the loopback interface only -- by default gloo binds the address the host name resolves to,
+# which may be a network-facing one
+RANK_ENV = {"OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE",
+            "GLOO_SOCKET_IFNAME": loopback_interface(), "TP_SOCKET_IFNAME": loopback_interface()}
 
 
 def adapter_ref(engine, fallback=None):
@@ -155,48 +170,94 @@ class _Rank:
             time.sleep(POLL_S)
 
 
+RANKS_PREFIX = "specverify-ranks-"  # the temporary folder of one run_ranks call
+PR_SET_PDEATHSIG = 1                # prctl(2): the signal a process gets when its parent ends (Linux)
+
+
 def fork_server(preload=()) -> None:
-    """The fork server's loop (module comment above)."""
+    """The fork server's loop (module comment above). However it ends -- the audit closed its stdin,
+    or died so that writing a pid back fails -- its ranks are killed and their folders removed first:
+    a rank left waiting for its group would otherwise run for minutes with its folder."""
     import select
     for name in PRELOAD + tuple(preload):
         __import__(name)
     if "specverify.reference.vector" in preload:
         from specverify.reference import vector
         vector.warm()                       # load the compiled kernels once; every fork inherits them
-    children = {}
-    while True:
-        ready, _, _ = select.select([sys.stdin], [], [], POLL_S)
-        if ready:
-            line = sys.stdin.readline()
-            if not line:                      # the audit is done: its ranks go with it, and no torch teardown
-                for pid in children:
+    server = os.getpid()
+    children, folders = {}, set()
+    try:
+        while True:
+            ready, _, _ = select.select([sys.stdin], [], [], POLL_S)
+            if ready:
+                line = sys.stdin.readline()
+                if not line:                      # the audit is done: its ranks go with it, and no torch teardown
+                    return
+                tmp, rank, worlds = json.loads(line)
+                folders.add(tmp)
+                pid = os.fork()
+                if pid == 0:
+                    code = 1
                     try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+                        _die_with(server)
+                        _rank_main(tmp, rank, worlds)
+                        code = 0
+                    finally:
+                        os._exit(code)
+                children[pid] = (tmp, rank)
+                sys.stdout.write(f"{pid}\n")
                 sys.stdout.flush()
-                os._exit(0)
-            tmp, rank, worlds = json.loads(line)
-            pid = os.fork()
-            if pid == 0:
-                code = 1
-                try:
-                    _rank_main(tmp, rank, worlds)
-                    code = 0
-                finally:
-                    os._exit(code)
-            children[pid] = (tmp, rank)
-            sys.stdout.write(f"{pid}\n")
-            sys.stdout.flush()
-        for pid in list(children):
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                tmp, rank = children.pop(pid)
-                code = os.waitstatus_to_exitcode(status)
-                path = os.path.join(tmp, f"rank{rank}.status")
-                with open(path + ".tmp", "w") as f:
-                    f.write(str(code))
-                os.replace(path + ".tmp", path)
+            for pid in list(children):
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    tmp, rank = children.pop(pid)
+                    code = os.waitstatus_to_exitcode(status)
+                    path = os.path.join(tmp, f"rank{rank}.status")
+                    try:
+                        with open(path + ".tmp", "w") as f:
+                            f.write(str(code))
+                        os.replace(path + ".tmp", path)
+                    except OSError:               # the audit removed the folder already
+                        pass
+    finally:
+        _end_server(children, folders)
+
+
+def _end_server(children: dict, folders: set) -> None:
+    """Kill every rank still running, remove the rank folders the audit can no longer remove, exit."""
+    import shutil
+    for pid in children:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for pid in children:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+    for tmp in folders:
+        if os.path.basename(os.path.normpath(tmp)).startswith(RANKS_PREFIX):
+            shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        sys.stdout.flush()
+    except OSError:
+        pass
+    os._exit(0)
+
+
+def _die_with(parent: int) -> None:
+    """In a rank just forked: be SIGKILLed when the fork server ends, however it ends (Linux's
+    PR_SET_PDEATHSIG; the server forks from its only thread, which lives as long as it does); if it
+    has ended already, exit."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def run_ranks(ref, func, args: tuple, worlds, *, timeout: float, what: str) -> dict:
@@ -204,7 +265,7 @@ def run_ranks(ref, func, args: tuple, worlds, *, timeout: float, what: str) -> d
     preload = (PRELOAD_OURS + (func.__module__,)) if ours(ref) else ()
     worlds = sorted({int(w) for w in worlds}, reverse=True)
     world = worlds[0]
-    with tempfile.TemporaryDirectory(prefix="specverify-ranks-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=RANKS_PREFIX) as tmp:
         job = os.path.join(tmp, "job.pkl")
         with open(job, "wb") as f:
             pickle.dump((list(sys.path), ref, func.__module__, func.__qualname__, args), f)

@@ -41,7 +41,8 @@ from dataclasses import dataclass, field, fields, replace
 
 from specverify.errors import InputError
 
-MIN_SAMPLES = 100
+MIN_SAMPLES = 200      # the fewest at which a one-step law row tests anything (`checks.marginal.MIN_STATISTICAL_N`):
+                       # below it every marginal row was "no test" and a biased engine passed
 # the battery keeps every problem's samples (kappa + 1 int64 ids and the drafts, ~30 problems):
 # about 2.5 kB a sample at the peak, so 4 million samples a problem need ~10 GB
 MAX_SAMPLES = 4_000_000

@@ -3,6 +3,7 @@ unknown name, a factory that raises, a crash, a hang, garbage output -- is one l
 exit 2 (never a traceback). Also: the engine-level protocol through a plug-in, and the fresh-adapter
 factory the seeded checks need."""
 
+import re
 import subprocess
 import sys
 
@@ -154,6 +155,33 @@ def test_generate_returning_short_runs_is_garbage():
             return out
     with pytest.raises(AdapterError, match="fewer than"):
         run_audit(Short(), Context(samples=1000), ["runs"])
+
+
+@pytest.mark.parametrize("info, message", [
+    ([3, 3], "info must be a dict of counters"),
+    ("drafted=3", "info must be a dict of counters"),
+    (float("nan"), "info must be a dict of counters"),
+    ({"num_drafted": -4, "num_accepted": -4}, "info['num_drafted'] must be a non-negative integer count, got -4"),
+    ({"num_drafted": 10.5, "num_accepted": 3}, "info['num_drafted'] must be a non-negative integer count, got 10.5"),
+    ({"num_drafted": float("nan"), "num_accepted": 3}, "must be a non-negative integer count, got nan"),
+    ({"num_drafted": "10", "num_accepted": 3}, "must be a non-negative integer count, got '10'"),
+    ({"num_drafted": True, "num_accepted": True}, "must be a non-negative integer count, got True"),
+    ({"num_drafted": 10, "num_accepted": 11}, "11 drafts accepted of 10 drafted"),
+])
+def test_malformed_engine_counters_are_an_adapter_error_not_a_verdict(info, message):
+    # negative counters made the identity row FAIL ("biased"), accepted > drafted and fractional ones
+    # PASS or FAIL by truncation, a list or a string a traceback: all are the adapter's error
+    from specverify.reference.toy_engine import SpecEngine
+
+    class Counts:
+        name = "counts"
+        capabilities = {"engine"}
+
+        def generate(self, target, draft, prompt, kappa, transform, seed, n, length):
+            return SpecEngine().generate(target, draft, prompt, kappa, transform, seed, n, length)[0], info
+
+    with pytest.raises(AdapterError, match=re.escape(message)):
+        run_audit(Counts(), Context(samples=1000), ["identity"])
 
 
 def test_lossy_names_still_fail_with_their_own_message():

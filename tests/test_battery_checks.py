@@ -20,8 +20,11 @@ def test_the_reference_passes_every_check_of_the_battery():
     applicable = [c for c in BATTERY if c != "bitwise"]      # bitwise needs a model: `audit specverify`
     by_check = {c: [r for r in result.checks if r.check == c] for c in applicable}
     assert all(by_check[c] for c in applicable), [c for c in applicable if not by_check[c]]
-    bad = [(r.name, r.verdict, r.detail) for r in result.checks if r.verdict != "pass"]
+    # a row too few samples reach (zero-mass pos=2: ~18 of 200 000) tests nothing: inconclusive, listed
+    thin = [r for r in result.checks if r.verdict == "skip" and r.data.get("inconclusive")]
+    bad = [(r.name, r.verdict, r.detail) for r in result.checks if r.verdict != "pass" and r not in thin]
     assert not bad
+    assert all(r.name in result.not_covered[r.check] or "more" in result.not_covered[r.check] for r in thin)
     assert result.verdict == "pass"
     stat = [r for r in result.checks if r.statistical]
     assert len(stat) > 50 and all(0 < r.min_detectable_tv < 1 for r in stat)      # every row states its power

@@ -162,6 +162,19 @@ def test_tokens_only_adapter_is_compared_on_ids_and_says_so(tmp_path):
     (BitwiseInfo("m", 8, proposers=("none",)), "plain decode is always asked for"),
     (BitwiseInfo("m", 8, prompts=((1, 9),)), "ids outside [0, 8)"),
     ("not info", "must return a BitwiseInfo"),
+    # a missing comma: a string, not a tuple of one proposer (split, it would be l, o, o, k, u, p)
+    (BitwiseInfo("m", 8, proposers=("lookup")), "proposers must be a tuple of names, got str 'lookup' (a missing comma?"),
+    (BitwiseInfo("m", 8, proposers=("ngram", "ngram")), "proposers lists 'ngram' more than once"),
+    (BitwiseInfo("m", 8, proposers=("ngram", 3)), "proposers must hold non-empty strings, got 3"),
+    (BitwiseInfo("m", 8, layouts=("batch")), "layouts must be a tuple of names, got str 'batch'"),
+    (BitwiseInfo("m", 8, layouts=None), "layouts must be a tuple of names, got NoneType"),
+    (BitwiseInfo("m", 8, variants=["x"]), "variants must be a dict"),
+    (BitwiseInfo("m", 8, prompts="123"), "prompts must be a tuple of prompts"),
+    (BitwiseInfo("m", 8, prompts=((1, 2.5),)), "must be a tuple of integer token ids"),
+    (BitwiseInfo("m", 8, prompts=(3,)), "must be a tuple of integer token ids"),
+    (BitwiseInfo(None, 8), "model must be a non-empty string"),
+    (BitwiseInfo(["m"], 8), "model must be a non-empty string"),
+    (BitwiseInfo("m", True), "vocab_size True must be an integer >= 2"),
 ])
 def test_malformed_offer_is_an_adapter_error(info, message):
     class Bad:
@@ -186,7 +199,18 @@ def test_malformed_result_is_an_adapter_error(tmp_path):
                          (GreedyResult(tokens=[[1, 2, 3, 99]]), "in [0, 64)"),
                          (GreedyResult(tokens=good.tokens, logits=[good.logits[0][:, :5]]), "logits must be float [4, 64]"),
                          (GreedyResult(tokens=good.tokens, digests=[[b"x"] * 4]), "digests must be 4 row_digest"),
-                         ({"tokens": good.tokens}, "must return a GreedyResult")]:
+                         ({"tokens": good.tokens}, "must return a GreedyResult"),
+                         (GreedyResult(tokens=None), "token must hold one entry per prompt (1), got NoneType"),
+                         (GreedyResult(tokens="abcd"), "token must hold one entry per prompt (1), got str"),
+                         (GreedyResult(tokens=[[1, 2, [3], 4]]), "tokens must be 4 integer ids"),
+                         (GreedyResult(tokens=good.tokens, logits=1.5), "logits must hold one entry per prompt"),
+                         (GreedyResult(tokens=good.tokens, logits=np.float32(1.5)), "logits must hold one entry"),
+                         (GreedyResult(tokens=good.tokens, digests=7), "digests must hold one entry per prompt"),
+                         (GreedyResult(tokens=good.tokens, digests=[b"0123456789abcdef" * 4]), "digests must be 4 row_digest"),
+                         (GreedyResult(tokens=good.tokens, logits=[np.full((4, 64), np.nan)]), "logits row 0 has no finite entry"),
+                         (GreedyResult(tokens=good.tokens, logits=[np.vstack([good.logits[0][:3], np.full((1, 64), np.inf)])]),
+                          "logits row 3 has no finite entry"),
+                         (GreedyResult(tokens=good.tokens, info=[1]), "info must be a dict or None")]:
         with pytest.raises(AdapterError, match=re.escape(message)):
             bitwise.check_result(bad, req, mod.V, "x")
 

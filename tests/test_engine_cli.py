@@ -79,3 +79,20 @@ def test_bench_reports_paths_side_by_side_with_bytes_and_bandwidth(capsys, monke
     assert 4.5 < f["weight_bytes_per_step"] / q["weight_bytes_per_step"] < 5.5
     assert 0 < q["bandwidth_fraction"] and out["bandwidth"]["GB_per_s"] > 0
     assert out["outputs_identical_to_plain"] == {"quantized": "1/1", "fp32": "1/1"}
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["generate", "hi", "--seed", "-1"], "seed -1 must be an integer in [0, 2^63)"),
+    (["generate", "hi", "--stop-token-id", "-1"], "stop_token_ids (-1,): token ids must be >= 0"),
+    (["generate", "hi", "--bad-token-id", "-1"], "bad_token_ids (-1,): token ids must be >= 0"),
+    (["generate", "a\udcff"], "the prompt is not valid UTF-8 text"),      # a non-UTF-8 argv byte, as Python decodes it
+    (["generate", "hi", "--system", "\udcff"], "the --system is not valid UTF-8 text"),
+    (["generate", "hi", "--threads", "100000"], "--threads 100000: must be in [0, "),
+    (["bench", "--threads", "100000"], "--threads 100000: must be in [0, "),
+])
+def test_generate_and_bench_refuse_bad_values_in_one_line(capsys, argv, needle):
+    # were tracebacks (--seed -1, a non-UTF-8 prompt), a silent segfault (--threads 100000) and an
+    # accepted --stop-token-id -1 where --bad-token-id -1 was refused
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1 and "Traceback" not in err, err

@@ -257,3 +257,19 @@ def test_proposer_table():
         SpecOptions("external")
     with pytest.raises(InputError, match="only it takes one"):
         SpecOptions("ngram", drafts_of=lambda rid, n, k: [])
+
+
+@pytest.mark.parametrize("kw, needle", [
+    (dict(stop="###"), "stop '###' must be a tuple (a missing comma?"),
+    (dict(stop=("",)), "stop strings must be non-empty strings"),
+    (dict(stop=(3,)), "stop strings must be non-empty strings"),
+    (dict(bad_token_ids="12"), "bad_token_ids '12' must be a tuple"),
+    (dict(stop_token_ids=7), "stop_token_ids 7 must be a tuple"),
+    (dict(bad_sequences="ab"), "bad_sequences 'ab' must be a tuple"),
+])
+def test_strings_where_collections_are_expected_are_refused(kw, needle):
+    # a string is not a collection: stop="###" stopped at any "#", bad_token_ids="12" banned 1 and 2
+    import re
+    from specverify.errors import InputError
+    with pytest.raises(InputError, match=re.escape(needle)):
+        SamplingParams(**kw)

@@ -121,3 +121,32 @@ def test_a_correct_own_model_sampler_passes_and_a_biased_one_fails(tmp_path, mon
     bad = _audit(f"{here}:biased", isolated)
     row = next(c for c in bad.checks if c.name.startswith("engine.runs["))
     assert row.verdict == "fail" and row.p_value < 1e-6
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("stamp", "has an unreadable stamp"), ("stamp-list", "has a corrupt stamp"), ("weights", "cannot be loaded"),
+])
+def test_a_corrupt_own_model_folder_is_an_adapter_error(root, tmp_path, damage, message):
+    # a corrupt stamp or truncated weights were a traceback (exit 1, the FAIL code)
+    import re
+    import shutil
+
+    from specverify.audit import Context
+    from specverify.battery import harness
+    target, draft = tiny_llama.pair_folders(root, 4, 3)
+    bad = tmp_path / damage
+    shutil.copytree(target, bad)
+    if damage == "stamp":
+        (bad / tiny_llama.STAMP).write_text("{not json")
+    elif damage == "stamp-list":
+        (bad / tiny_llama.STAMP).write_text("[1, 2]")
+    else:
+        weights = bad / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:200])
+
+    class Broken(_Own):
+        def own_models(self, vocab, seed):
+            return str(bad), str(draft)
+
+    with pytest.raises(AdapterError, match=re.escape(message)):
+        harness.own_models(Broken(), 4, 0, Context())

@@ -111,3 +111,6 @@ def test_the_plugin_is_registered_and_adapter_errors_fail_the_test_with_one_line
     assert proc.returncode == 1
     assert "specverify: plug-in 'no_such_module_abc:factory': no module named 'no_such_module_abc'" in proc.stdout
     assert "Traceback" not in proc.stdout
+    # once: the failure was raised inside the except block, and the chained error printed it again
+    assert proc.stdout.count("no module named 'no_such_module_abc'") == 1, proc.stdout
+    assert "During handling of the above exception" not in proc.stdout

@@ -76,6 +76,23 @@ def test_the_harness_starts_the_groups_and_names_a_failing_rank():
         run_ranks(("name", "reference"), _raise_on_rank_1, (), (2,), timeout=120, what="t")
 
 
+def _addresses(adapter):
+    import os
+
+    import psutil
+    return os.environ.get("GLOO_SOCKET_IFNAME"), sorted({c.laddr.ip for c in psutil.Process().net_connections("inet")})
+
+
+def test_ranks_listen_and_connect_on_loopback_only():
+    # gloo bound the address the host name resolves to (seen non-loopback where the host name maps there)
+    import ipaddress
+    pytest.importorskip("psutil")
+    got = run_ranks(("name", "reference"), _addresses, (), (2,), timeout=120, what="t")
+    for ifname, ips in got[2]:
+        assert ifname and ifname.startswith("lo"), ifname
+        assert ips and all(ipaddress.ip_address(ip).is_loopback for ip in ips), ips
+
+
 def test_an_adapter_that_cannot_be_rebuilt_is_not_covered():
     class Local(ReferenceEngine):
         pass
@@ -112,3 +129,37 @@ def test_no_rank_process_outlives_the_audit():
     finally:
         for pid in _group(proc.pid):
             os.kill(pid, 9)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="no /proc to list a process group with")
+def test_an_audit_killed_while_the_fork_server_starts_leaves_no_rank_and_no_folder(tmp_path):
+    """The audit SIGKILLed while the fork server still imports torch: the server then forks the rank it
+    was asked for and cannot answer its pid. That rank, waiting for a second rank that never comes,
+    ran for minutes with its folder; it must end with the server, and the folder go."""
+    import json
+    import pickle
+    import tempfile
+    import time
+
+    from specverify import ranks
+    tmp = tempfile.mkdtemp(prefix=ranks.RANKS_PREFIX)
+    with open(os.path.join(tmp, "job.pkl"), "wb") as f:
+        pickle.dump((list(sys.path), ("name", "reference"), __name__, "_world", ()), f)
+    server = subprocess.Popen([sys.executable, "-c", ranks._SERVER_BOOT, json.dumps(sys.path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+                              env={**os.environ, **ranks.RANK_ENV})
+    try:
+        server.stdin.write(json.dumps([tmp, 0, [2]]) + "\n")     # rank 0 of 2: it waits for rank 1
+        server.stdin.flush()
+        server.stdout.close()                                      # the audit is gone: no one reads the pid
+        server.stdin.close()
+        deadline = time.monotonic() + 120
+        while (_group(server.pid) or os.path.exists(tmp)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _group(server.pid) == [] and not os.path.exists(tmp), (_group(server.pid), os.listdir(tmp))
+    finally:
+        for pid in _group(server.pid):
+            os.kill(pid, 9)
+        server.wait(10)
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -303,14 +303,85 @@ def test_sigint_to_the_cli_leaves_the_old_report_or_a_whole_new_one(full_audits,
         assert_report_complete(str(out), [full_audits[2]])
 
 
-def test_replacing_a_report_swaps_it_whole(audits, tmp_path):
+def test_replacing_a_report_swaps_it_whole_and_never_deletes_a_users_file(audits, tmp_path):
     out = tmp_path / "rep"
     audit_report.write_report([subset(audits[0], ("dirichlet,pos=0",))], str(out))
-    (out / "stale.txt").write_text("from the old report")
+    (out / "notes.txt").write_text("the user's, added to the report folder")   # was deleted silently
+    with pytest.raises(InputError, match="now also holds 'notes.txt'"):
+        audit_report.write_report([subset(audits[2], ("dirichlet,pos=0",))], str(out))
+    assert (out / "notes.txt").exists()
+    (out / "notes.txt").unlink()
     audit_report.write_report([subset(audits[2], ("dirichlet,pos=0",))], str(out))
-    assert not (out / "stale.txt").exists()
     assert "lossy" in (out / "README.md").read_text()
     assert sorted(os.listdir(tmp_path)) == ["rep"]
+
+
+def test_a_killed_runs_staging_folder_is_removed_by_the_next_run(audits, tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()                     # a pid that has ended
+    stale = tmp_path / f".rep.tmp-{dead}-abc123"
+    stale.mkdir()
+    (stale / "index.html").write_text("half")
+    audit_report.write_report([subset(audits[0], ("dirichlet,pos=0",))], str(tmp_path / "rep"))
+    assert sorted(os.listdir(tmp_path)) == ["rep"]
+
+
+HOSTILE = {                      # what a hostile or damaged result file did: a traceback or worse
+    "engine a list": (lambda d: d.update(engine=["a"]), "engine must be a name"),
+    "alpha a string": (lambda d: d.update(alpha="x"), "alpha 'x' is not a"),
+    "alpha above 1": (lambda d: d.update(alpha=3.0), "alpha 3.0 is outside (0, 1)"),
+    "detail a dict": (lambda d: d["checks"][0].update(detail={"a": 1}), "detail must be a str, got dict"),
+    "data a list": (lambda d: d["checks"][0].update(data=[1]), "data must be a dict, got list"),
+    "a 1 MB name": (lambda d: d["checks"][0].update(name="n" * 10**6), "a row name of 1000000 characters"),
+    "a lone surrogate": (lambda d: d.update(engine="ref\ud800"), "a lone surrogate"),
+    "verdict over rows": (lambda d: d["checks"][0].update(verdict="fail"), "says 'pass' but its rows fail"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_hostile_result_json_is_refused_in_one_line(audits, tmp_path, case):
+    import copy
+    doc_ = copy.deepcopy(subset(audits[0], ("dirichlet,pos=0",)))
+    edit, needle = HOSTILE[case]
+    edit(doc_)
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc_))
+    with pytest.raises(InputError, match=re.escape(needle)):
+        A.check_result(A.load_json(str(path)), str(path))
+
+
+def test_deeply_nested_json_is_refused_not_a_recursion_error(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text('{"engine": "x", "verdict": "pass", "checks": [{"name": "a", "verdict": "pass", "data": '
+                    + "[" * 100_000 + "]" * 100_000 + "}]}")
+    with pytest.raises(InputError, match="nested too deeply"):
+        A.load_json(str(path))
+    path.write_text(json.dumps({"engine": "x", "verdict": "pass", "checks": [
+        {"name": "a", "verdict": "pass", "data": {"d": json.loads("[" * 100 + "]" * 100)}}]}))
+    with pytest.raises(InputError, match="nested deeper than"):
+        A.check_result(A.load_json(str(path)), str(path))
+
+
+def test_the_markdown_twin_escapes_names_and_details_like_the_html(audits, tmp_path):
+    import copy
+    doc_ = copy.deepcopy(subset(audits[2], ("dirichlet,pos=0",)))
+    doc_["engine"] = "<script>alert(1)</script>[click](javascript:alert(1))"
+    doc_["checks"][0]["detail"] = "<img src=x onerror=alert(1)> ![i](http://evil/x.png) `kept <b>`"
+    out = tmp_path / "rep"
+    audit_report.write_report([doc_], str(out))
+    md = (out / "README.md").read_text()
+    prose = re.sub(r"`[^`\n]+`", "", md)                # code spans show their content literally
+    for raw in ("<script>", "<img", "](javascript:", "](http://evil"):
+        assert raw not in prose, raw
+    assert "&lt;script&gt;" in md and "`kept <b>`" in md           # shown as text; code spans literal
+
+
+def test_unwritable_output_is_one_line_and_exit_2(audits, tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(subset(audits[0], ("dirichlet,pos=0",))))
+    for out in ("/proc/specverify-x", str(path / "sub")):            # no permission; a file as the parent
+        r = _cli("report", str(path), "-o", out, "-q")
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
 
 
 def test_refuses_to_replace_a_folder_that_is_not_a_report(audits, tmp_path):

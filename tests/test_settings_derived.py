@@ -150,7 +150,7 @@ def test_an_unknown_marker_keyword_or_a_bad_value_is_one_clear_error():
         settings.check_marker((5,), {})
     with pytest.raises(InputError) as err:
         settings.check_given({"samples": -5}, (), lambda k: settings.spelled(k, "marker"))
-    assert str(err.value) == "@pytest.mark.specverify(samples=...) -5: must be an integer in [100, 4000000]"
+    assert str(err.value) == "@pytest.mark.specverify(samples=...) -5: must be an integer in [200, 4000000]"
     with pytest.raises(InputError, match=r"^--specverify-alpha 2.0: must be in \(0, 1\)$"):
         settings.check_given({"alpha": 2.0}, (), lambda k: settings.spelled(k, "option"))
     with pytest.raises(InputError, match="unknown setting 'depth'"):

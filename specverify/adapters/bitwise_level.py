@@ -146,31 +146,67 @@ class BitwiseInfo:
     drafted: tuple = ()              # which of DRAFTED it takes (needs external drafts in its engine)
 
 
+def names_of(value, field: str, what: str, known=None) -> tuple:
+    """`value` as a tuple of distinct non-empty strings (from `known` where given), or AdapterError. A
+    string is not a collection of names: `("lookup")` is the string "lookup", and splitting it into
+    l, o, o, k, u, p would run (or skip) other things than the adapter meant."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list, set, frozenset)):
+        raise AdapterError(f"{what}: {field} must be a tuple of names, got {type(value).__name__} {value!r:.80}"
+                           + (" (a missing comma? write (name,))" if isinstance(value, str) else ""))
+    names = tuple(value)
+    bad = [v for v in names if not isinstance(v, str) or not v]
+    if bad:
+        raise AdapterError(f"{what}: {field} must hold non-empty strings, got {bad[0]!r:.80}")
+    dup = sorted({v for v in names if names.count(v) > 1})
+    if dup:
+        raise AdapterError(f"{what}: {field} lists {', '.join(map(repr, dup))} more than once")
+    if known is not None:
+        unknown = [v for v in names if v not in known]
+        if unknown:
+            raise AdapterError(f"{what}: unknown {field.rstrip('s')} kind(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    return names
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 def check_info(info, what: str) -> BitwiseInfo:
     """AdapterError unless `info` is a well-formed BitwiseInfo (unknown layouts or roles are errors:
-    a gate must not pass because it ran less than the user thinks)."""
+    a gate must not pass because it ran less than the user thinks; strings where collections are
+    expected are errors, not collections of letters)."""
     if not isinstance(info, BitwiseInfo):
         raise AdapterError(f"{what}: bitwise_info() must return a BitwiseInfo, got {type(info).__name__}")
-    if not isinstance(info.vocab_size, (int, np.integer)) or info.vocab_size < 2:
-        raise AdapterError(f"{what}: vocab_size {info.vocab_size!r} must be an integer >= 2")
-    bad = [k for k in info.layouts if k not in LAYOUT_KINDS]
-    if bad:
-        raise AdapterError(f"{what}: unknown layout kind(s) {', '.join(map(str, bad))}; known: {', '.join(LAYOUT_KINDS)}")
-    bad = [f"{k}={v}" for k, v in info.variants.items() if v not in ROLES]
+    if not isinstance(info.model, str) or not info.model:
+        raise AdapterError(f"{what}: model must be a non-empty string (the model's name), got {info.model!r:.80}")
+    if not _is_int(info.vocab_size) or info.vocab_size < 2:
+        raise AdapterError(f"{what}: vocab_size {info.vocab_size!r:.80} must be an integer >= 2")
+    names_of(info.layouts, "layouts", what, LAYOUT_KINDS)
+    proposers = names_of(info.proposers, "proposers", what)
+    if not isinstance(info.variants, dict):
+        raise AdapterError(f"{what}: variants must be a dict mapping names to {' or '.join(ROLES)}, got "
+                           f"{type(info.variants).__name__} {info.variants!r:.80}")
+    bad = [f"{k}={v}" for k, v in info.variants.items() if not isinstance(v, str) or v not in ROLES
+           or not (k is None or isinstance(k, str))]
     if bad or not info.variants:
-        raise AdapterError(f"{what}: variants must map names to {' or '.join(ROLES)}, got {info.variants!r}")
-    bad = [d for d in info.drafted if d not in DRAFTED]
-    if bad:
-        raise AdapterError(f"{what}: unknown drafter(s) {', '.join(map(str, bad))}; known: {', '.join(DRAFTED)}")
-    if NO_SPEC in info.proposers:
+        raise AdapterError(f"{what}: variants must map names to {' or '.join(ROLES)}, got {info.variants!r:.200}")
+    names_of(info.drafted, "drafted", what, DRAFTED)
+    if NO_SPEC in proposers:
         raise AdapterError(f"{what}: proposers lists {NO_SPEC!r}: plain decode is always asked for, list only speculators")
     for key in ("max_batch_size", "spec_max_batch_size"):
         value = getattr(info, key)
-        if (value is not None or key == "max_batch_size") and (not isinstance(value, (int, np.integer)) or value < 1):
-            raise AdapterError(f"{what}: {key} {value!r} must be an integer >= 1")
+        if (value is not None or key == "max_batch_size") and (not _is_int(value) or value < 1):
+            raise AdapterError(f"{what}: {key} {value!r:.80} must be an integer >= 1")
+    if isinstance(info.prompts, (str, bytes)) or not isinstance(info.prompts, (tuple, list)):
+        raise AdapterError(f"{what}: prompts must be a tuple of prompts (each a tuple of token ids), got "
+                           f"{type(info.prompts).__name__} {info.prompts!r:.80}")
     for p in info.prompts:
+        if isinstance(p, (str, bytes)) or not isinstance(p, (tuple, list, np.ndarray)) or not all(_is_int(t) for t in p):
+            raise AdapterError(f"{what}: a prompt of bitwise_info() must be a tuple of integer token ids, got {p!r:.80}")
         if not len(p) or min(p) < 0 or max(p) >= info.vocab_size:
             raise AdapterError(f"{what}: a prompt of bitwise_info() is empty or has ids outside [0, {info.vocab_size})")
+    if info.note is not None and not isinstance(info.note, str):
+        raise AdapterError(f"{what}: note must be a string or None, got {type(info.note).__name__}")
     return info
 
 
@@ -240,29 +276,49 @@ def drafted_tokens(request: GreedyRequest, prompt: int, n_output: int, k: int, v
     return drafts
 
 
+def _rows_of(value, field: str, n: int, what: str) -> tuple:
+    """`value` as a tuple of n per-prompt entries, or AdapterError (None, a scalar, a string or an
+    array of another length is not one entry per prompt)."""
+    if isinstance(value, (str, bytes, dict)) or not isinstance(value, (tuple, list, np.ndarray)) or (isinstance(value, np.ndarray) and value.ndim == 0):
+        raise AdapterError(f"{what}: {field} must hold one entry per prompt ({n}), got {type(value).__name__} {value!r:.80}")
+    if len(value) != n:
+        raise AdapterError(f"{what}: {len(value)} {field} rows for {n} prompts")
+    return tuple(value)
+
+
 def check_result(result, request: GreedyRequest, vocab_size: int, what: str) -> GreedyResult:
     """AdapterError unless `result` answers `request`: one row of max_new_tokens ids in [0, V) per
-    prompt, logits [max_new_tokens, V] float or digests of DIGEST_BYTES bytes where given."""
+    prompt, logits [max_new_tokens, V] float (each row with a finite entry: an all-NaN or all-inf row
+    decides no argmax) or digests of DIGEST_BYTES bytes where given."""
     if not isinstance(result, GreedyResult):
         raise AdapterError(f"{what}: decode_greedy must return a GreedyResult, got {type(result).__name__}")
     n, L = len(request.prompts), request.max_new_tokens
-    if len(result.tokens) != n:
-        raise AdapterError(f"{what}: {len(result.tokens)} token rows for {n} prompts")
-    for i, row in enumerate(result.tokens):
-        ids = np.asarray(row)
+    for i, row in enumerate(_rows_of(result.tokens, "token", n, what)):
+        try:
+            ids = np.asarray(row)
+        except (ValueError, TypeError):
+            ids = np.asarray(None)
         if ids.shape != (L,) or not np.issubdtype(ids.dtype, np.integer) or (ids.size and (ids.min() < 0 or ids.max() >= vocab_size)):
             raise AdapterError(f"{what}: prompt {i}: tokens must be {L} integer ids in [0, {vocab_size}), got {row!r:.80}")
     if result.logits is not None:
-        if len(result.logits) != n:
-            raise AdapterError(f"{what}: {len(result.logits)} logits arrays for {n} prompts")
-        for i, rows in enumerate(result.logits):
-            a = np.asarray(rows)
+        for i, rows in enumerate(_rows_of(result.logits, "logits", n, what)):
+            try:
+                a = np.asarray(rows)
+            except (ValueError, TypeError):
+                a = np.asarray(None)
             if a.shape != (L, vocab_size) or not np.issubdtype(a.dtype, np.floating):
                 raise AdapterError(f"{what}: prompt {i}: logits must be float [{L}, {vocab_size}], got {a.dtype} {a.shape}")
+            dead = ~np.isfinite(a).any(axis=1)
+            if dead.any():
+                raise AdapterError(f"{what}: prompt {i}: logits row {int(np.argmax(dead))} has no finite entry (all NaN "
+                                   "or inf): no token can be its argmax")
     if result.digests is not None:
-        if len(result.digests) != n or any(len(d) != L or any(not isinstance(x, bytes) or len(x) != DIGEST_BYTES
-                                                               for x in d) for d in result.digests):
+        digests = _rows_of(result.digests, "digests", n, what)
+        if any(isinstance(d, (str, bytes)) or not isinstance(d, (tuple, list)) or len(d) != L
+               or any(not isinstance(x, bytes) or len(x) != DIGEST_BYTES for x in d) for d in digests):
             raise AdapterError(f"{what}: digests must be {L} row_digest values ({DIGEST_BYTES} bytes) per prompt")
+    if result.info is not None and not isinstance(result.info, dict):
+        raise AdapterError(f"{what}: info must be a dict or None, got {type(result.info).__name__}")
     return result
 
 

@@ -22,6 +22,15 @@ from specverify.verdicts import ERROR, FAIL, PASS, SKIP, WARN  # noqa: F401 - th
 
 from .state import AuditState
 
+# what law a row tests (CheckResult.law, declared by every row: by its check's `law` in the battery
+# table, or by the row itself in a check whose rows differ). A failing OUTPUT_LAW row says the emitted
+# tokens are biased; a failing RULE_LAW row alone (with whole runs exact) that the verifier follows
+# another rule than the chain rule -- e.g. sample-match, exact in law but accepting less.
+OUTPUT_LAW = "output"               # the law of the emitted tokens, the same for every exact verifier
+RULE_LAW = "rule"                   # a law of the chain rule itself: acceptance rates, the one-step joint
+                                    # law, a step whose draft is fixed rather than drawn from q
+LAWS = (OUTPUT_LAW, RULE_LAW)
+
 
 
 def _num(x):
@@ -44,6 +53,8 @@ class CheckResult:
     seconds: float = 0.0
     data: dict = field(default_factory=dict)   # observed/expected cells etc., for reports
     check: str = ""                 # the battery module that produced the row (set by run_audit)
+    law: str | None = None          # OUTPUT_LAW or RULE_LAW (set from the check's declaration unless the
+                                    # row declares its own)
     power_fn: object = field(default=None, repr=False, compare=False)
     # power_fn(level) -> min detectable TV at that level, for rows whose power is not the chi-squared
     # formula of (n, dof) (the binomial acceptance rows); not serialised
@@ -66,6 +77,7 @@ class CheckResult:
             "seconds": round(self.seconds, 4),
             "data": self.data,
             "check": self.check,
+            "law": self.law,
         }
 
 

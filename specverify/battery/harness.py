@@ -13,11 +13,12 @@ shape with ids in [-1, V) is an AdapterError (one line; exit 2).
 
 from __future__ import annotations
 
+import json
 import threading
 
 import numpy as np
 
-from specverify.errors import AdapterError
+from specverify.errors import AdapterError, InputError
 from specverify.isolation import AdapterHandle, plain_handle
 from specverify.isolation import call_with_timeout  # noqa: F401 - checks call harness.call_with_timeout
 from specverify.reference.batch import PAD, Coins, VerifyBatch
@@ -289,7 +290,37 @@ def generated(engine, ctx, what: str, **kw):
         pad = tokens == PAD
         if not stops or (pad[:, :-1] & ~pad[:, 1:]).any():
             raise AdapterError(f"{engine.name}.generate: returned fewer than {kw['length']} tokens for some run")
-    return tokens, dict(info or {})
+    return tokens, counters(info, f"{engine.name}.generate")
+
+
+COUNTERS = ("num_steps", "num_drafted", "num_accepted")     # the counters a generate info may report
+
+
+def counters(info, what: str) -> dict:
+    """generate()'s info as a dict, its counters checked: AdapterError unless info is a dict (or None)
+    whose COUNTERS, where present, are non-negative integers (an integral float too) with
+    num_accepted <= num_drafted. A negative, fractional, NaN or non-numeric counter is the adapter's
+    error, never a FAIL of the engine's law or a PASS."""
+    if info is None:
+        return {}
+    if not isinstance(info, dict):
+        raise AdapterError(f"{what}: info must be a dict of counters ({', '.join(COUNTERS)}), got "
+                           f"{type(info).__name__} {info!r:.80}")
+    out = dict(info)
+    for key in COUNTERS:
+        if key not in out:
+            continue
+        value = out[key]
+        ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+        if ok:
+            ok = bool(np.isfinite(value)) and float(value) == int(value) and value >= 0
+        if not ok:
+            raise AdapterError(f"{what}: info[{key!r}] must be a non-negative integer count, got {value!r:.80}")
+        out[key] = int(value)
+    if "num_drafted" in out and "num_accepted" in out and out["num_accepted"] > out["num_drafted"]:
+        raise AdapterError(f"{what}: info reports {out['num_accepted']} drafts accepted of {out['num_drafted']} "
+                           "drafted (accepted cannot exceed drafted)")
+    return out
 
 
 def law_key(model) -> tuple:
@@ -336,8 +367,23 @@ def own_models(engine, vocab: int, seed: int, ctx):
     for role, m in zip(("target", "draft"), res):
         folder = m.handle if isinstance(m, TabulatedModel) else m
         if not isinstance(folder, (str, Path)) or not (Path(folder) / tiny_llama.STAMP).exists():
-            raise AdapterError(f"{what}: the {role} must be a folder written by tiny_llama.build, got {folder!r}")
-        model = tiny_llama.tabulated(folder)
+            raise AdapterError(f"{what}: the {role} must be a folder written by tiny_llama.build, got {folder!r:.200}")
+        try:
+            stamp = json.loads((Path(folder) / tiny_llama.STAMP).read_text())
+        except (OSError, ValueError) as exc:
+            raise AdapterError(f"{what}: the {role} folder {folder} has an unreadable stamp "
+                               f"{tiny_llama.STAMP} ({type(exc).__name__}: {str(exc)[:120]})") from None
+        if not isinstance(stamp, dict) or not isinstance(stamp.get("vocab"), int):
+            raise AdapterError(f"{what}: the {role} folder {folder} has a corrupt stamp {tiny_llama.STAMP} "
+                               "(no integer vocab): rebuild it with tiny_llama.build")
+        try:
+            model = tiny_llama.tabulated(folder)
+        except InputError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - truncated or corrupt weights: whatever the loader raises
+            first = (str(exc).strip().splitlines() or [""])[0][:160]
+            raise AdapterError(f"{what}: the {role} folder {folder} cannot be loaded (truncated or corrupt "
+                               f"weights?): {type(exc).__name__}: {first}") from None
         if model.vocab_size != vocab:
             raise AdapterError(f"{what}: the {role} has {model.vocab_size} tokens, asked for {vocab}")
         out.append(model)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from specverify.battery.base import OUTPUT_LAW, RULE_LAW
 from specverify.battery.deviations import NOT_BITWISE, RANKS_DISAGREE
 
 from . import (acceptance, bitwise, composition, endpoints, engine_acceptance, far_tail, greedy, hostile, identity, joint,
@@ -32,6 +33,8 @@ SERVER = "server"                   # rows of an OpenAI-compatible server over H
 # what --samples (ctx.samples) means for a check (Check.budget)
 SHARED_ONESTEP = "samples one-step draws per (rule, problem), shared by marginal, joint and acceptance"
 
+PER_ROW = "per-row"                 # Check.law: every row of the check declares CheckResult.law itself
+
 
 @dataclass(frozen=True)
 class Check:
@@ -44,7 +47,9 @@ class Check:
                                     # the other checks that do
     long: int | None = None         # started first when checks run side by side (0 first)
     fails_as: str | None = None     # the deviation kind of an audit where only this check failed
-    rule_only: bool = False         # failing alone, with whole runs exact, says "another rule", not "biased"
+    law: str = ""                   # (required) what its rows test: OUTPUT_LAW, RULE_LAW (failing alone, with whole
+                                    # runs exact, says "another rule", not "biased") or PER_ROW (each row
+                                    # declares its own CheckResult.law)
     whole_run: bool = False         # its rows are whole-run laws (exact ones rule out a bias)
     heavy: int = 0                  # seconds even when it passes: a decisive audit runs the heavy ones last,
                                     # in this order (1 first), so --fail-fast reaches the cheap checks first
@@ -53,6 +58,10 @@ class Check:
     needs: tuple = ()               # modules it cannot run without, each from an extra (`specverify.extras`): checked
                                     # before any work (`unavailable`, `specverify.extras`)
 
+    def __post_init__(self):
+        if self.law not in (OUTPUT_LAW, RULE_LAW, PER_ROW):
+            raise ValueError(f"check {self.name!r} must declare law = OUTPUT_LAW, RULE_LAW or PER_ROW, got {self.law!r}")
+
     @property
     def scales(self) -> bool:
         """Whether its budget follows --samples (a decisive audit then samples it in rounds)."""
@@ -60,35 +69,36 @@ class Check:
 
 
 TABLE = (
-    Check("marginal", ONE_STEP, SHARED_ONESTEP, marginal.run, "marg", shares="onestep"),
-    Check("joint", ONE_STEP, SHARED_ONESTEP, joint.run, "joint", shares="onestep", rule_only=True),
-    Check("acceptance", ONE_STEP, SHARED_ONESTEP, acceptance.run, "accept", shares="onestep", rule_only=True),
+    Check("marginal", ONE_STEP, SHARED_ONESTEP, marginal.run, "marg", law=OUTPUT_LAW, shares="onestep"),
+    Check("joint", ONE_STEP, SHARED_ONESTEP, joint.run, "joint", law=RULE_LAW, shares="onestep"),
+    Check("acceptance", ONE_STEP, SHARED_ONESTEP, acceptance.run, "accept", law=RULE_LAW, shares="onestep"),
     Check("endpoints", EXACT, "exact rows on fixed batches (every coin endpoint); --samples unused",
-          endpoints.run, "endpt"),
-    Check("composition", EXACT, "exact rows on fixed probe batches; --samples unused", composition.run, "compos"),
-    Check("greedy", EXACT, "exact rows on fixed problems; --samples unused", greedy.run, "greedy"),
+          endpoints.run, "endpt", law=OUTPUT_LAW),
+    Check("composition", EXACT, "exact rows on fixed probe batches; --samples unused", composition.run, "compos", law=OUTPUT_LAW),
+    Check("greedy", EXACT, "exact rows on fixed problems; --samples unused", greedy.run, "greedy", law=OUTPUT_LAW),
     Check("reproducibility", SEEDED, "exact replay rows of fixed size; seeded.joint draws samples one-step "
-          "samples (one request per seed)", reproducibility.run, "seeded"),
-    Check("rng_discipline", EXACT, "exact rows on fixed seeded calls; --samples unused", rng_discipline.run, "rng"),
-    Check("runs", WHOLE_RUN, "samples whole runs per level (runs_greedy: 256 runs, fixed)", runs.run, "runs",
+          "samples (one request per seed)", reproducibility.run, "seeded", law=PER_ROW),
+    Check("rng_discipline", EXACT, "exact rows on fixed seeded calls; --samples unused", rng_discipline.run, "rng", law=OUTPUT_LAW),
+    Check("runs", WHOLE_RUN, "samples whole runs per level (runs_greedy: 256 runs, fixed)", runs.run, "runs", law=OUTPUT_LAW,
           long=2, whole_run=True),
     Check("transforms", WHOLE_RUN, "max(1000, samples // 2) whole runs per transform row", transforms.run,
-          "transf", long=1, whole_run=True),
-    Check("identity", EXACT, "2000 runs per row, fixed; --samples unused", identity.run, "ident", rule_only=True),
+          "transf", law=OUTPUT_LAW, long=1, whole_run=True),
+    Check("identity", EXACT, "2000 runs per row, fixed; --samples unused", identity.run, "ident", law=RULE_LAW),
     Check("engine_acceptance", WHOLE_RUN, "max(2000, samples // 10) whole runs (engine.acceptance_greedy: 256 runs, "
-          "fixed)", engine_acceptance.run, "eacc", rule_only=True),
+          "fixed)", engine_acceptance.run, "eacc", law=RULE_LAW),
     Check("bitwise", EXACT, "prompts and tokens from --size (quick, standard, full); --samples unused",
-          bitwise.run, "bitwise", long=0, fails_as=NOT_BITWISE),
+          bitwise.run, "bitwise", law=OUTPUT_LAW, long=0, fails_as=NOT_BITWISE),
     Check("processors", WHOLE_RUN, "max(2000, samples // 20) whole runs per law row; exact rows of fixed size",
-          processors.run, "procs"),
+          processors.run, "procs", law=OUTPUT_LAW),
     Check("rank_agreement", EXACT, "exact rows of fixed size (world sizes x calls x requests); --samples unused",
-          rank_agreement.run, "ranks", fails_as=RANKS_DISAGREE, heavy=1, needs=("torch",)),   # torch.distributed
+          rank_agreement.run, "ranks", law=OUTPUT_LAW, fails_as=RANKS_DISAGREE, heavy=1,
+          needs=("torch",)),   # torch.distributed
     Check("large_vocab", REAL_VOCAB, "samples sized from the vocabulary (bytes of rows per problem) x "
-          "large_scale; --samples unused", large_vocab.run, "largeV", heavy=3),
-    Check("far_tail", REAL_VOCAB, "6400 draws x large_scale; --samples unused", far_tail.run, "ftail", heavy=2),
-    Check("hostile", EXACT, "exact rows on fixed hostile rows; --samples unused", hostile.run, "hostil"),
+          "large_scale; --samples unused", large_vocab.run, "largeV", law=PER_ROW, heavy=3),
+    Check("far_tail", REAL_VOCAB, "6400 draws x large_scale; --samples unused", far_tail.run, "ftail", law=OUTPUT_LAW, heavy=2),
+    Check("hostile", EXACT, "exact rows on fixed hostile rows; --samples unused", hostile.run, "hostil", law=OUTPUT_LAW),
     Check("server", SERVER, "samples // 20 runs per law row and per arm of spec_vs_plain (at least 500); fixed "
-          "prompts and tokens for greedy_bitwise and needle", server.run, "server"),
+          "prompts and tokens for greedy_bitwise and needle", server.run, "server", law=OUTPUT_LAW),
 )
 BY_NAME = {c.name: c for c in TABLE}
 NAMES = [c.name for c in TABLE]
@@ -110,4 +120,4 @@ def describe() -> str:
 
 
 __all__ = ["Check", "TABLE", "BY_NAME", "NAMES", "describe", "unavailable", "ONE_STEP", "WHOLE_RUN", "SEEDED",
-           "REAL_VOCAB", "EXACT", "SERVER"]
+           "REAL_VOCAB", "EXACT", "SERVER", "PER_ROW"]

@@ -44,7 +44,7 @@ from specverify.reference import rules
 from specverify.reference.batch import Coins
 
 from ..battery import harness, large_problems as lp
-from ..battery.base import FAIL, PASS, CheckResult, Timer
+from ..battery.base import FAIL, OUTPUT_LAW, PASS, RULE_LAW, CheckResult, Timer
 from .marginal import gof
 
 DENSE_POOLS = 64
@@ -133,8 +133,18 @@ def pooled_gof(name: str, tokens: np.ndarray, law: np.ndarray, seconds: float, c
                        data={"bounds": bounds.tolist(), "observed": counts.tolist(), "expected": (mass * n).tolist()})
 
 
+def law_of_row(problem: lp.LargeProblem, position: int | None) -> str:
+    """What a row of `problem` tests (`CheckResult.law`): the ids rows and every position of a problem
+    whose draft is drawn from q_0 test the output law (the same for every exact verifier); position 0
+    of a problem with a fixed draft (zero-residual) tests the chain rule's own law -- a draft not drawn
+    from q_0 is emitted with probability min(1, p/q), which another exact rule (sample-match) need not
+    match."""
+    return RULE_LAW if position == 0 and problem.drafted is not None else OUTPUT_LAW
+
+
 def judge(rule: str, problem: lp.LargeProblem, out: np.ndarray, seconds: float, ctx) -> list[CheckResult]:
     rows = [ids_row(f"{rule}.large_vocab_ids[{problem.name}]", out, problem.laws, problem.vocab_size, seconds)]
+    rows[0].law = law_of_row(problem, None)
     if rows[0].verdict == FAIL:
         return rows
     for i, law in enumerate(problem.laws):
@@ -144,6 +154,7 @@ def judge(rule: str, problem: lp.LargeProblem, out: np.ndarray, seconds: float, 
             rows.append(pooled_gof(name, tokens, law, seconds, ctx))
         else:
             rows.append(gof(name, tokens, law, seconds, ctx))
+        rows[-1].law = law_of_row(problem, i)
     return rows
 
 
@@ -185,6 +196,7 @@ def run(engine, ctx) -> list[CheckResult]:
             if lp.too_large(problem.vocab_size, ctx):
                 rows.append(lp.not_run(f"{rule.name}.large_vocab_ids[{problem.name}]", problem.vocab_size,
                                        ctx.large_max_vocab))
+                rows[-1].law = OUTPUT_LAW
                 continue
             first = lp.DENSE_BYTES if problem.name.startswith("dense") else lp.PROBLEM_BYTES
             n = lp.scaled(lp.samples_for(problem, first if rule is claimed[0] else lp.SECOND_BYTES), ctx.large_scale)
@@ -196,11 +208,13 @@ def run(engine, ctx) -> list[CheckResult]:
                         raise
                     out = str(exc).split(": raised ", 1)[-1]
             if isinstance(out, str):       # valid rows refused: a failure of this problem, the rest still run
-                rows.append(CheckResult(f"{rule.name}.large_vocab_ids[{problem.name}]", FAIL, exact=True,
+                rows.append(CheckResult(f"{rule.name}.large_vocab_ids[{problem.name}]", FAIL, exact=True, law=OUTPUT_LAW,
                                         seconds=t.seconds, detail=f"the call raised on valid rows: {out[:200]}"))
                 continue
             rows += judge(rule.name, problem, out, t.seconds, ctx)
     ctx.state.buffers.pop("_large_vocab_rows", None)    # the row buffer is not kept past the check
     if "greedy" in caps:
-        rows += greedy_rows(engine, problems, ctx)
+        for r in greedy_rows(engine, problems, ctx):
+            r.law = OUTPUT_LAW
+            rows.append(r)
     return rows

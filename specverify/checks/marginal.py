@@ -16,9 +16,10 @@ from specverify import stats
 from specverify.reference import rules
 
 from ..battery import onestep
-from ..battery.base import FAIL, PASS, CheckResult
+from ..battery.base import FAIL, PASS, SKIP, CheckResult
 
-MIN_STATISTICAL_N = 200   # fewer samples at a position: only the exact (impossible-token) check
+MIN_STATISTICAL_N = 200   # fewer samples at a position: only the exact (impossible-token) check, and the
+                          # row is inconclusive (SKIP, listed under not_covered): it tested no law
 
 
 def gof(name: str, observed_tokens: np.ndarray, expected: np.ndarray, seconds: float, ctx) -> CheckResult:
@@ -37,8 +38,10 @@ def gof(name: str, observed_tokens: np.ndarray, expected: np.ndarray, seconds: f
         return CheckResult(name, PASS, n=n, exact=True, seconds=seconds,
                            detail=f"every one of {n} tokens is the only possible one ({int(support[0])})")
     if n < MIN_STATISTICAL_N:
-        return CheckResult(name, PASS, n=n, exact=True, seconds=seconds,
-                           detail=f"only {n} samples reach this position: checked exactly (no impossible token), no test")
+        return CheckResult(name, SKIP, n=n, exact=True, seconds=seconds,
+                           detail=f"{name} inconclusive: only {n} samples reach this position (a law test needs "
+                                  f"{MIN_STATISTICAL_N}); no impossible token, law not tested",
+                           data={"not_covered": [name], "inconclusive": True})
     res = stats.pearson(counts, expected[support], alpha=ctx.alpha, min_expected=ctx.min_expected)
     return CheckResult(name, PASS, statistic=res.statistic, p_value=res.p_value, dof=res.dof, n=n, seconds=seconds,
                        detail=f"{res.cells} cells, {res.p_value_method} p-value",

@@ -45,12 +45,23 @@ def check_json_path(path) -> None:
         check_writable(path)
 
 
+THREADS_PER_CORE = 4        # --threads above this many a core are refused (100000 segfaulted torch)
+
+
+def max_threads() -> int:
+    """The most --threads accepted on this machine."""
+    import os
+    return THREADS_PER_CORE * max(1, os.cpu_count() or 1)
+
+
 def apply_threads(args) -> None:
     """Set torch's (and numba's) thread count from --threads (0 keeps torch's default)."""
     import torch
     from specverify.errors import InputError
-    if args.threads < 0:
-        raise InputError(f"--threads {args.threads} must be >= 0")
+    limit = max_threads()
+    if not 0 <= args.threads <= limit:
+        raise InputError(f"--threads {args.threads}: must be in [0, {limit}] (0 keeps torch's default; "
+                         f"{THREADS_PER_CORE} a core at most)")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
         import numba

@@ -47,6 +47,7 @@ def register(sub) -> None:
 def run(args) -> int:
     check_json_path(args.json)
     apply_threads(args)
+    check_text(args)
     from specverify.engine.api import RunOptions, SpecOptions, generate
     from specverify.engine.engine import SamplingParams
     from specverify.engine.loader import load_model, load_smollm2
@@ -74,6 +75,8 @@ def run(args) -> int:
     ids = [t for t, _ in params[0].logit_bias] + list(params[0].bad_token_ids) + list(params[0].stop_token_ids)
     if vocab is not None and any(t >= vocab for t in ids):
         raise InputError(f"token id {max(ids)} outside the model's vocabulary [0, {vocab})")
+    if any(t < 0 for t in ids):
+        raise InputError(f"token id {min(ids)}: token ids must be >= 0")
     streamed = {"ids": [], "text": ""}
     stamps = [time.perf_counter()]
 
@@ -109,6 +112,20 @@ def run(args) -> int:
         print(f"[{n} tokens, {out.finish_reason}, decode {decode_tps:.1f} tok/s, prefill {prefill_s:.2f}s, "
               f"{E}target passes/token={m.passes_per_token:.2f}]", file=sys.stderr)
     return 0
+
+
+def check_text(args) -> None:
+    """InputError unless the prompt, system message and stop strings are text (a non-UTF-8 argument
+    arrives as lone surrogates, which no tokenizer can encode)."""
+    from specverify.errors import InputError
+
+    for flag, value in (("prompt", args.prompt), ("--system", args.system), *(("--stop", s) for s in args.stop)):
+        if value is None:
+            continue
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError(f"the {flag} is not valid UTF-8 text") from None
 
 
 def logit_bias(items) -> tuple:

@@ -20,6 +20,9 @@ returns a RowOp, a list of RowOps or a dict of them:
     def factory():
         return [RowOp("my.linear", lambda x: x @ W.T, row_shape=(576,))]
 
+The ops run in a process of their own (as an audit's adapter): an op past --timeout is killed, a crash
+is one line naming how it ended, what an op prints never reaches the output.
+
 Each op runs on a seeded pool of 64 rows: a row alone (M = 1) is its reference; then for every M a
 block of M consecutive rows and M rows drawn at random positions, every output row compared with its
 reference bit for bit. A failing row names the first differing row, its position and M.
@@ -75,6 +78,8 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the input rows and of the launches (default 0)")
     p.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH ('-' for stdout); same form as audit's")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress line and no table")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="seconds one op may take (it runs in a process of its own; default: the audit's)")
     p.set_defaults(func=run)
 
 
@@ -86,11 +91,13 @@ def run(args) -> int:
     sizes = parse_sizes(args.sizes)
     if not 0 <= args.seed < 2 ** 63:
         raise InputError(f"--seed {args.seed}: must be an integer in [0, {2 ** 63 - 1}]")
+    if args.timeout is not None and not 0 < args.timeout < float("inf"):
+        raise InputError(f"--timeout {args.timeout:g}: must be a positive number of seconds")
     if args.json and args.json != "-":
         check_writable(args.json)
     progress = Progress(quiet=args.quiet)
     try:
-        result = run_invariance(args.ops, sizes=sizes, seed=args.seed, progress=progress)
+        result = run_invariance(args.ops, sizes=sizes, seed=args.seed, progress=progress, timeout=args.timeout)
     finally:
         progress.done()
     if args.json:

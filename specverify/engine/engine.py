@@ -61,6 +61,13 @@ class SamplingParams:
     grammar: tuple | None = None   # DFA table[state][token] -> next state or -1 (not allowed); start 0
 
     def __post_init__(self):
+        for name in ("stop", "stop_token_ids", "logit_bias", "bad_token_ids", "bad_sequences"):
+            value = getattr(self, name)     # a string is not a collection here: stop="###" would stop at "#"
+            if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):
+                raise InputError(f"{name} {value!r:.80} must be a tuple" + (" (a missing comma? write (x,))"
+                                                                             if isinstance(value, str) else ""))
+        if any(not isinstance(x, str) or not x for x in self.stop):
+            raise InputError(f"stop {self.stop!r:.80}: stop strings must be non-empty strings")
         Transform(self.temperature, self.top_k, self.top_p)      # validates the sampling knobs
         for name in ("repetition_penalty", "frequency_penalty", "presence_penalty", "min_p"):
             v = getattr(self, name)
@@ -81,6 +88,11 @@ class SamplingParams:
         object.__setattr__(self, "logit_bias", bias)
         if any(int(t) < 0 for t in self.bad_token_ids):
             raise InputError(f"bad_token_ids {self.bad_token_ids!r}: token ids must be >= 0")
+        if any(int(t) < 0 for t in self.stop_token_ids):
+            raise InputError(f"stop_token_ids {self.stop_token_ids!r}: token ids must be >= 0")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer))
+                                      or not 0 <= self.seed < 2**63):
+            raise InputError(f"seed {self.seed!r} must be an integer in [0, 2^63)")
         if any(not len(q) or any(int(t) < 0 for t in q) for q in self.bad_sequences):
             raise InputError(f"bad_sequences {self.bad_sequences!r}: non-empty sequences of token ids >= 0")
         if self.grammar is not None:

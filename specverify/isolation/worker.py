@@ -29,12 +29,36 @@ def serve(sock_fd: int, lifeline: int) -> None:
     """The worker's main loop (started by `BOOT`): build adapters and answer calls until told to
     close, the audit's socket closes, or the lifeline pipe does (the audit is gone)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _start_watchdog(lifeline, sock_fd)      # first, while this process has one thread
     faulthandler.enable(all_threads=False)  # a crash leaves the crashing thread's stack in the output
     threading.Thread(target=_watch_lifeline, args=(lifeline,), daemon=True).start()
     Server(Connection(sock_fd), socket.socket(fileno=os.dup(sock_fd))).loop()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)                             # not waiting for threads an adapter may have left running
+
+
+def _start_watchdog(lifeline: int, sock_fd: int) -> None:
+    """Fork the watchdog: a process that only waits for the lifeline pipe to close and then SIGKILLs
+    this worker's process group (the worker leads it), itself included. The lifeline thread below
+    needs the GIL, which an adapter's C call may hold for ever (an orphan at 100% CPU when the audit
+    is SIGKILLed); a process of its own needs nothing from the worker. Where it cannot be forked the
+    thread alone watches."""
+    try:
+        pid = os.fork()
+    except OSError:
+        return
+    if pid:
+        return
+    try:                                    # the watchdog: no Python of the worker runs past this point
+        os.close(sock_fd)
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        while os.read(lifeline, 1):
+            pass
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+    finally:
+        os._exit(0)
 
 
 def _watch_lifeline(fd: int) -> None:

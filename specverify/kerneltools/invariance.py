@@ -59,11 +59,36 @@ QUICK_SIZES = (1, 2, 3, 5, 8, 13, 16, 17, 31, 33, 64)
 edges of a 16-row tile, and several tiles."""
 
 
+class LaunchShapeError(ValueError):
+    """An op's result is not one row per row of its launch."""
+
+
+def _rows_of(out, m: int, label: str):
+    """`out` if it is a tensor of m rows (one per row of the launch), else LaunchShapeError: an op that
+    returns M + 1 rows (or M - 1) is not row-wise, whatever its first rows hold."""
+    if not isinstance(out, torch.Tensor) or out.ndim == 0 or out.shape[0] != m:
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise LaunchShapeError(f"{label}: a launch of {m} row(s) returned {got}: an op returns one row per input row")
+    return out
+
+
+def same_bits(a, b) -> bool:
+    """Whether two result rows are bit for bit equal: same shape and dtype and the same bytes (a NaN
+    computed the same way twice is the same row; torch.equal calls NaN != NaN)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if torch.equal(a, b):
+        return True
+    if not (a.is_floating_point() or a.is_complex()):
+        return False
+    return torch.equal(a.reshape(-1).contiguous().view(torch.uint8), b.reshape(-1).contiguous().view(torch.uint8))
+
+
 def case_invariance(be, op: str, case, sizes=FULL_SIZES) -> InvarianceResult:
     """Backend method `op` on `case` (a registry case) through the harness (the module docstring),
     over the launch sizes `sizes`."""
     fn = getattr(be, op)
-    refs = {u: fn(*case.args(case.alone(u)))[0].clone() for u in case.units()}
+    refs = {u: _rows_of(fn(*case.args(case.alone(u))), 1, case.label)[0].clone() for u in case.units()}
     launches = rows = bad = 0
     first = None
     seen, diff_sizes = [], []
@@ -71,11 +96,12 @@ def case_invariance(be, op: str, case, sizes=FULL_SIZES) -> InvarianceResult:
         seen.append(m)
         size_bad = False
         for launch in group:
-            out = fn(*case.args(launch))
+            units = list(case.rows(launch))
+            out = _rows_of(fn(*case.args(launch)), len(units), case.label)
             launches += 1
-            for pos, u in enumerate(case.rows(launch)):
+            for pos, u in enumerate(units):
                 rows += 1
-                if not torch.equal(out[pos], refs[u]):
+                if not same_bits(out[pos], refs[u]):
                     bad += 1
                     size_bad = True
                     if first is None:

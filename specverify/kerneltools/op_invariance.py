@@ -24,6 +24,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from specverify.audit import AuditResult
 from specverify.battery.base import FAIL, PASS, CheckResult
 from specverify.errors import AdapterError, InputError
@@ -61,9 +63,28 @@ def _ops_of(value, spec: str) -> list:
     for v in value:
         if not callable(v.fn):
             raise AdapterError(f"ops {spec!r}: op {v.name!r}: fn is not callable")
-        if not v.row_shape or any(not isinstance(s, int) or s < 1 for s in v.row_shape):
-            raise AdapterError(f"ops {spec!r}: op {v.name!r}: row_shape {v.row_shape!r} must be positive integers")
+        if not isinstance(v.name, str) or not v.name:
+            raise AdapterError(f"ops {spec!r}: an op's name must be a non-empty string, got {v.name!r:.80}")
+        shape = v.row_shape
+        if (not isinstance(shape, (tuple, list)) or not shape
+                or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in shape)):
+            raise AdapterError(f"ops {spec!r}: op {v.name!r}: row_shape {shape!r:.80} must be a tuple of positive "
+                               "integers, e.g. (576,)")
+        if int(np.prod(shape)) * POOL > MAX_POOL_ELEMENTS:
+            raise AdapterError(f"ops {spec!r}: op {v.name!r}: row_shape {tuple(shape)} is too large ({POOL} rows "
+                               f"of {int(np.prod(shape))} elements; at most {MAX_POOL_ELEMENTS} in all)")
+        if v.dtype is not None and not _float_dtype(v.dtype):
+            raise AdapterError(f"ops {spec!r}: op {v.name!r}: dtype {v.dtype!r:.80} must be a torch floating dtype "
+                               "(e.g. torch.bfloat16) or None")
     return list(value)
+
+
+MAX_POOL_ELEMENTS = 1 << 28     # elements of an op's seeded input pool (2 GiB of float64 while drawn)
+
+
+def _float_dtype(dtype) -> bool:
+    import torch
+    return isinstance(dtype, torch.dtype) and dtype.is_floating_point
 
 
 def load_ops(spec: str) -> list:
@@ -96,7 +117,7 @@ def check_op(op: RowOp, *, sizes=SIZES, seed: int = 0) -> CheckResult:
 
     from specverify.kernels.registry import RowCase
 
-    from .invariance import case_invariance
+    from .invariance import LaunchShapeError, case_invariance
     dtype = op.dtype or torch.float32
     g = torch.Generator().manual_seed(seed)
     pool = (torch.randn((POOL, *op.row_shape), generator=g, dtype=torch.float64) * ROW_SCALE).to(dtype)
@@ -104,6 +125,8 @@ def check_op(op: RowOp, *, sizes=SIZES, seed: int = 0) -> CheckResult:
     t0 = time.perf_counter()
     try:
         r = case_invariance(_Single(op), "run", case, sizes)
+    except LaunchShapeError as exc:
+        raise AdapterError(f"op {op.name!r}: {str(exc).split(': ', 1)[-1]}") from None
     except Exception as exc:  # noqa: BLE001 - the user's op may raise anything
         raise AdapterError(f"op {op.name!r} raised {type(exc).__name__}: {exc}".splitlines()[0]) from exc
     seconds = time.perf_counter() - t0
@@ -121,24 +144,69 @@ def check_op(op: RowOp, *, sizes=SIZES, seed: int = 0) -> CheckResult:
                        detail=detail, data=data)
 
 
-def run(spec: str, *, sizes=SIZES, seed: int = 0, progress=None) -> AuditResult:
-    """Every op of `spec` through `check_op`, as an AuditResult (verdict fail if any row fails)."""
+def run(spec: str, *, sizes=SIZES, seed: int = 0, progress=None, timeout: float | None = None,
+        isolated: bool = True) -> AuditResult:
+    """Every op of `spec` through `check_op`, as an AuditResult (verdict fail if any row fails).
+
+    isolated (the default, as an audit's adapter): the ops are loaded and run in a worker process of
+    their own (`specverify.isolation`), each op one call under `timeout` s (default: the audit's): an op
+    that hangs holding the GIL is killed at the timeout, one that segfaults, calls os._exit or raises
+    SystemExit is a one-line AdapterError naming how it ended, ^C ends it at once, and what it prints
+    goes to the worker's log, never to this process's stdout (`--json -`)."""
     if not sizes or any(int(m) < 1 for m in sizes):
         raise InputError(f"launch sizes {list(sizes)!r}: each must be an integer >= 1")
     t0 = time.perf_counter()
-    ops = load_ops(spec)
     rows = []
-    for op in ops:
-        if progress:
-            progress(f"invariance {op.name}")
-        row = check_op(op, sizes=sizes, seed=seed)
+    if isolated:
+        from specverify.isolation import open_adapter
+        timeout = DEFAULTS.timeout if timeout is None else timeout
+        start = max(timeout, DEFAULTS.timeout)      # starting the worker and importing the ops (torch)
+        with open_adapter(OpsHost, timeout=start) as host:
+            names = host.run(_load_in_worker, spec, what=f"ops {spec!r}: loading the ops")
+            host.timeout = timeout
+            for name in names:
+                if progress:
+                    progress(f"invariance {name}")
+                rows.append(host.run(_check_in_worker, spec, name, tuple(sizes), seed, what=f"op {name!r}"))
+    else:
+        for op in load_ops(spec):
+            if progress:
+                progress(f"invariance {op.name}")
+            rows.append(check_op(op, sizes=sizes, seed=seed))
+    for row in rows:
         row.check = "invariance"
-        rows.append(row)
     failed = [r for r in rows if r.verdict == FAIL]
     deviation = {"kind": BATCH_VARIANT, "text": BATCH_VARIANT_TEXT, "rows": len(failed)} if failed else None
     return AuditResult(engine=spec, verdict=FAIL if failed else PASS, seed=seed, alpha=DEFAULTS.alpha, samples=0,
                        checks=rows, seconds=time.perf_counter() - t0, deviation=deviation,
                        check_seconds={"invariance": sum(r.seconds for r in rows)})
+
+
+class OpsHost:
+    """What the worker builds for `run(isolated=True)`: nothing but a host for the user's ops, which
+    `_load_in_worker` loads there (its `ops`, by name)."""
+
+    name = "invariance"
+    version = None
+    capabilities = ()
+
+    def __init__(self):
+        self.ops: dict = {}
+
+
+def _load_in_worker(host: OpsHost, spec: str) -> list:
+    """In the worker: load the ops of `spec` onto the host; their names, in order."""
+    try:
+        ops = load_ops(spec)
+    except InputError as exc:       # a bad spec: its own message (one line, exit 2)
+        raise AdapterError(str(exc)) from None
+    host.ops = {op.name: op for op in ops}
+    return list(host.ops)
+
+
+def _check_in_worker(host: OpsHost, spec: str, name: str, sizes: tuple, seed: int) -> CheckResult:
+    """In the worker: `check_op` of the loaded op `name`."""
+    return check_op(host.ops[name], sizes=sizes, seed=seed)
 
 
 # ----------------------------------------------------------------------------------- built-in sets

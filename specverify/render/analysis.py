@@ -61,17 +61,37 @@ def check_result(obj, path: str) -> str:
     kind = kind_of(obj)
     audits = [obj] if kind == "audit" else [e.get("audit") for e in obj.get("engines", {}).values()
                                              if isinstance(e, dict) and e.get("audit")] if kind == "zoo" else []
+    _check_strings(obj, path)
     for audit in audits:
         if not isinstance(audit, dict) or not isinstance(audit.get("checks"), list):
             raise InputError(f"{path}: an audit without a list of checks")
+        engine = audit.get("engine")
+        if not isinstance(engine, str) or len(engine) > MAX_NAME_CHARS:
+            raise InputError(f"{path}: engine must be a name (a string of at most {MAX_NAME_CHARS} characters), "
+                             f"got {type(engine).__name__} {_clip(engine)}")
         if audit.get("verdict") not in VERDICTS:
-            raise InputError(f"{path}: audit of {audit.get('engine')!r} has verdict {audit.get('verdict')!r}")
+            raise InputError(f"{path}: audit of {engine!r} has verdict {_clip(audit.get('verdict'))}")
+        for key, kinds in TOP_KEYS.items():
+            v = audit.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, kinds)
+                                  or (isinstance(v, float) and not math.isfinite(v))):
+                raise InputError(f"{path}: {key} {_clip(v)} is not a {' or '.join(k.__name__ for k in kinds)}")
+        alpha = audit.get("alpha")
+        if alpha is not None and not 0 < alpha < 1:
+            raise InputError(f"{path}: alpha {alpha!r} is outside (0, 1)")
         for i, row in enumerate(audit["checks"]):
             where = f"{path}: checks[{i}]"
             if not isinstance(row, dict) or not isinstance(row.get("name"), str):
                 raise InputError(f"{where}: a row without a name")
+            if len(row["name"]) > MAX_NAME_CHARS:
+                raise InputError(f"{where}: a row name of {len(row['name'])} characters (at most {MAX_NAME_CHARS})")
             if row.get("verdict") not in VERDICTS:
-                raise InputError(f"{where} ({row['name']}): verdict {row.get('verdict')!r} is not one of {', '.join(VERDICTS)}")
+                raise InputError(f"{where} ({row['name']}): verdict {_clip(row.get('verdict'))} is not one of {', '.join(VERDICTS)}")
+            for key, kinds in ROW_KEYS.items():
+                v = row.get(key)
+                if v is not None and not isinstance(v, kinds):
+                    raise InputError(f"{where} ({row['name']}): {key} must be a {' or '.join(k.__name__ for k in kinds)}, "
+                                     f"got {type(v).__name__}")
             for key in ("statistic", "p_value", "min_detectable_tv", "n", "dof"):
                 v = row.get(key)
                 if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
@@ -79,13 +99,57 @@ def check_result(obj, path: str) -> str:
             p = row.get("p_value")
             if p is not None and not 0 <= p <= 1:
                 raise InputError(f"{where} ({row['name']}): p_value {p!r} is outside [0, 1]")
+        failing = any(row["verdict"] in (FAIL, ERROR) for row in audit["checks"])
+        if failing != (audit["verdict"] in (FAIL, ERROR)):      # the rows decide, not the summary
+            raise InputError(f"{path}: audit of {engine!r} says {audit['verdict']!r} but its rows "
+                             f"{'fail' if failing else 'do not fail'}: the file was edited or is not an audit result")
     return kind
+
+
+MAX_NAME_CHARS = 1000           # an engine or row name: longer ones are refused (a 1 MB name took 7 GB)
+MAX_DEPTH = 64                  # nesting of a result file (audits nest ~6 deep)
+MAX_BYTES = 256 << 20           # a result file's size
+TOP_KEYS = {"alpha": (int, float), "seed": (int,), "samples": (int,), "seconds": (int, float),
+            "deviation": (dict,), "not_covered": (dict,)}
+ROW_KEYS = {"detail": (str,), "check": (str,), "data": (dict,), "exact": (bool,), "law": (str,)}
+
+
+def _clip(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _check_strings(obj, path: str) -> None:
+    """InputError if the document nests deeper than MAX_DEPTH or holds a string that is not text (a lone
+    surrogate, which no page can be written with); iterative, so no depth can overflow the stack."""
+    stack = [(obj, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise InputError(f"{path}: nested deeper than {MAX_DEPTH} levels: not a specverify result")
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InputError(f"{path}: a string that is not valid text (a lone surrogate): "
+                                 f"{value.encode('utf-8', 'backslashreplace')[:60].decode()!r}") from None
+        elif isinstance(value, dict):
+            stack.extend((k, depth + 1) for k in value)
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
 
 
 def load_json(path: str):
     try:
         with open(path, encoding="utf-8") as f:
+            f.seek(0, 2)
+            if f.tell() > MAX_BYTES:
+                raise InputError(f"{path}: {f.tell()} bytes, more than a result file holds ({MAX_BYTES})")
+            f.seek(0)
             return json.load(f, parse_constant=_bad_constant)
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply to be a specverify result") from None
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
     except (ValueError, UnicodeDecodeError) as exc:       # JSONDecodeError is a ValueError

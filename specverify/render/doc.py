@@ -220,19 +220,38 @@ def render_html(doc: Document, embed: bool = False) -> str:
 
 # ============================================================================= Markdown
 
+MD_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}  # raw HTML would be rendered: written as entities
+
+
+def _md_text(text) -> str:
+    """Plain text for Markdown: HTML characters as entities (no tag, comment or autolink), a link's
+    `](` broken (no link or image), on one line: an engine name or a detail injects nothing, and
+    names such as `chain.marginal[dirichlet,pos=0]` read as they are."""
+    text = "".join(MD_ENTITIES.get(ch, ch) for ch in str(text))
+    return text.replace("](", "]\\(").replace("]:", "]\\:").replace("\r", " ").replace("\n", " ")
+
+
+def _md_inline(text) -> str:
+    """`code` spans kept (their content is literal in Markdown), the rest escaped (`_md_text`): the
+    Markdown twin of `_inline_html`."""
+    parts = re.split(r"(`[^`\n]+`)", str(text))
+    return "".join(p if len(p) > 1 and p.startswith("`") and p.endswith("`") else _md_text(p) for p in parts)
+
+
 def _md_escape_cell(v) -> str:
-    return str(v).replace("|", "\\|").replace("\n", " ")
+    return _md_inline(v).replace("|", "\\|")
 
 
 def _block_md(b, out: list) -> None:
     if isinstance(b, Heading):
-        out.append("#" * b.level + " " + b.text)
+        out.append("#" * b.level + " " + _md_inline(b.text))
     elif isinstance(b, Para):
-        out.append(("**" + b.text + "**") if b.cls and b.cls.startswith("verdict") else b.text)
+        text = _md_inline(b.text)
+        out.append(("**" + text + "**") if b.cls and b.cls.startswith("verdict") else text)
     elif isinstance(b, Formula):
-        out.append("```text\n" + b.text + "\n```")
+        out.append("```text\n" + str(b.text).replace("```", "` ` `") + "\n```")
     elif isinstance(b, BulletList):
-        out.append("\n".join(f"- {i}" for i in b.items))
+        out.append("\n".join(f"- {_md_inline(i)}" for i in b.items))
     elif isinstance(b, Table):
         header = "| " + " | ".join(_md_escape_cell(h) for h in b.header) + " |"
         aligns = [("---:" if b.align and j < len(b.align) and b.align[j] == "r" else "---")
@@ -242,9 +261,9 @@ def _block_md(b, out: list) -> None:
             lines.append("| " + " | ".join(_md_escape_cell(v) for v in row) + " |")
         out.append("\n".join(lines))
     elif isinstance(b, Image):
-        out.append(f"![{b.alt}]({b.path})" + (f"\n\n*{b.caption}*" if b.caption else ""))
+        out.append(f"![{_md_text(b.alt)}]({b.path})" + (f"\n\n*{_md_inline(b.caption)}*" if b.caption else ""))
     elif isinstance(b, Details):
-        out.append(f"**{b.summary}**")
+        out.append(f"**{_md_inline(b.summary)}**")
         for c in b.blocks:
             _block_md(c, out)
     else:
@@ -252,7 +271,7 @@ def _block_md(b, out: list) -> None:
 
 
 def render_markdown(doc: Document) -> str:
-    out = [f"# {doc.title}"]
+    out = [f"# {_md_inline(doc.title)}"]
     for b in doc.blocks:
         _block_md(b, out)
     return "\n\n".join(out) + "\n"

@@ -25,6 +25,11 @@ class GilHog(Base):
             pass
 
 
+class GilHolder(Base):
+    def verify(self, batch, coins):
+        return sum(range(10**15))    # one C call that never releases the GIL: no Python thread runs meanwhile
+
+
 class Exits(Base):
     def verify(self, batch, coins):
         print("about to exit")
@@ -106,6 +111,10 @@ class Progress(Base):
 
 def gil_hog():
     return GilHog()
+
+
+def gil_holder():
+    return GilHolder()
 
 
 def exits():
