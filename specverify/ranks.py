@@ -88,7 +88,7 @@ PRELOAD = ("torch.distributed", "specverify.isolation")
 PRELOAD_OURS = ("numpy", "specverify.reference.batch", "specverify.reference.vector", "specverify.adapters.registry",
                 "specverify.zoo")
 _SERVER_BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
-                "from specverify.ranks import fork_server; fork_server(json.loads(sys.argv[2]))")
+                "from specverify.ranks import fork_server; fork_server(json.loads(sys.argv[2]) if len(sys.argv) > 2 else ())")
 _SERVER = None
 _SERVER_PRELOAD: tuple = ()
 _SERVER_LOCK = threading.Lock()

@@ -44,7 +44,9 @@ class TotalsOnly(ReferenceEngine):
 
     def generate(self, *args, **kw):
         tokens, info = super().generate(*args, **kw)
-        return tokens, {"num_drafted": info["num_drafted"], "num_accepted": int(info["num_accepted"] * self.factor)}
+        # inflated at most to every draft accepted: more than drafted is an adapter error, not a verdict
+        accepted = min(info["num_drafted"], int(info["num_accepted"] * self.factor))
+        return tokens, {"num_drafted": info["num_drafted"], "num_accepted": accepted}
 
 
 class Inflated(TotalsOnly):

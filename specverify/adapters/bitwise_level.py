@@ -190,7 +190,10 @@ def check_info(info, what: str) -> BitwiseInfo:
            or not (k is None or isinstance(k, str))]
     if bad or not info.variants:
         raise AdapterError(f"{what}: variants must map names to {' or '.join(ROLES)}, got {info.variants!r:.200}")
-    names_of(info.drafted, "drafted", what, DRAFTED)
+    drafted = names_of(info.drafted, "drafted", what)
+    bad = [d for d in drafted if d not in DRAFTED]
+    if bad:
+        raise AdapterError(f"{what}: unknown drafter(s) {', '.join(bad)}; known: {', '.join(DRAFTED)}")
     if NO_SPEC in proposers:
         raise AdapterError(f"{what}: proposers lists {NO_SPEC!r}: plain decode is always asked for, list only speculators")
     for key in ("max_batch_size", "spec_max_batch_size"):
