@@ -142,3 +142,39 @@ def test_the_compiled_fp32_cumsum_mutant_is_numpys_float32_cumsum_draw():
     tail = np.repeat(lp.far_tail().target, 8, axis=0)
     coin = rng.random(8)
     assert (mutant.draw(tail, coin) == numpy_statement(tail, coin)).all()
+
+
+def test_the_pruned_fp32_race_is_the_full_race():
+    """fp32-exponential-race skips ids that cannot beat the best score so far (w / E_MIN <= best): the
+    tokens are those of the full race, which hashes and logs every id, on random rows, a far-tail row
+    and a far-tail row reversed (the tail first, where nothing can be skipped)."""
+    import numba
+
+    from specverify.battery import large_problems as lp
+    from specverify.zoo import precision
+
+    @numba.njit
+    def full_race(w, seeds, out):
+        n, v = w.shape
+        for i in range(n):
+            best, arg = -1.0, 0
+            for k in range(v):
+                if w[i, k] > 0:
+                    m = precision._splitmix64(seeds[i] ^ (np.uint64(k) * np.uint64(0xD1B54A32D192ED03))) >> np.uint64(40)
+                    if m == 0:
+                        continue
+                    s = w[i, k] / -np.log(np.float32(np.float64(m) * precision.U24))
+                    if s > best:
+                        best, arg = s, k
+            out[i] = arg
+
+    rng = np.random.default_rng(1)
+    tail = lp.far_tail().target
+    cases = [rng.dirichlet(np.full(v, a), size=32) for v in (2, 7, 100, 5000) for a in (0.05, 1.0)]
+    cases += [np.repeat(tail, 32, axis=0), np.repeat(tail[:, ::-1].copy(), 8, axis=0)]
+    for w in cases:
+        seeds = rng.random(w.shape[0]).view(np.uint64)
+        want, got = np.empty(w.shape[0], np.int64), np.empty(w.shape[0], np.int64)
+        full_race(w, seeds, want)
+        precision._race_fp32(w, seeds, got)
+        assert (want == got).all()
