@@ -260,9 +260,22 @@ def _die_with(parent: int) -> None:
         os._exit(1)
 
 
+def _preload_for(ref, func) -> tuple:
+    """What the fork server preloads for ranks that build `ref` and run `func` (`ours`)."""
+    return (PRELOAD_OURS + (func.__module__,)) if ours(ref) else ()
+
+
+def prestart(ref, func) -> None:
+    """Start the fork server for such ranks now, in the background (it imports torch while the caller
+    goes on): a process that will audit several of our adapters (the zoo's workers) pays its start
+    before its first rank check instead of inside it."""
+    with _SERVER_LOCK:
+        _server(_preload_for(ref, func))
+
+
 def run_ranks(ref, func, args: tuple, worlds, *, timeout: float, what: str) -> dict:
     """func(adapter, *args) on each rank of each world size (module docstring): {W: results by rank}."""
-    preload = (PRELOAD_OURS + (func.__module__,)) if ours(ref) else ()
+    preload = _preload_for(ref, func)
     worlds = sorted({int(w) for w in worlds}, reverse=True)
     world = worlds[0]
     with tempfile.TemporaryDirectory(prefix=RANKS_PREFIX) as tmp:

@@ -90,6 +90,11 @@ def audit_one(name: str, settings: dict) -> dict:
 
 def _worker_init():
     os.environ["NUMBA_NUM_THREADS"] = "1"
+    # every worker audits our adapters, the rank mutants' rank_agreement among them: its fork server
+    # (a torch import) starts now, beside the worker's first audit, rather than inside one audit's time
+    from ..checks.rank_agreement import rank_calls
+    from ..ranks import prestart
+    prestart(("name", "reference"), rank_calls)
 
 
 def _expected_cost(name: str) -> int:
