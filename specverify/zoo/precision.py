@@ -40,16 +40,16 @@ class Fp32CumsumDraw(VectorSampler):
 @numba.njit(cache=True)
 def _cumsum_fp32_draw(w, coin, out):
     n, v = w.shape
+    cdf = np.empty(v, np.float32)                   # one row's running sums: one serial pass, not two
     for i in range(n):
-        total = np.float32(0.0)
-        for k in range(v):
-            total = np.float32(total + np.float32(w[i, k]))
-        t = coin[i] * np.float64(total)
         c = np.float32(0.0)
-        token = 0
         for k in range(v):
             c = np.float32(c + np.float32(w[i, k]))
-            if np.float64(c) <= t:
+            cdf[k] = c
+        t = coin[i] * np.float64(c)
+        token = 0
+        for k in range(v):
+            if np.float64(cdf[k]) <= t:
                 token += 1
         if token == v:                          # past the end: the last positive weight
             token = v - 1
