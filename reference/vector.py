@@ -106,12 +106,18 @@ def _inverse_cdf(w, coin, out):
             if c <= t:
                 token += 1
         if token == v:                      # past the end: the last positive weight (V - 1 if none)
-            token = v - 1
-            for k in range(v - 1, -1, -1):
-                if w[i, k] > 0:
-                    token = k
-                    break
+            token = last_positive(w, i)
         out[i] = token
+
+
+@numba.njit(cache=True)
+def last_positive(w, i):
+    """The last id of row i of w with a positive weight, V - 1 if none (where a draw past the end lands)."""
+    v = w.shape[1]
+    for k in range(v - 1, -1, -1):
+        if w[i, k] > 0:
+            return k
+    return v - 1
 
 
 def warm() -> None:

@@ -80,7 +80,8 @@ def test_cli_audit_reference_json(tmp_path):
     assert len(data["checks"]) > 40
     for c in data["checks"]:
         assert {"name", "verdict", "statistic", "p_value", "dof", "n", "min_detectable_tv"} <= set(c)
-        assert c["verdict"] == "pass"
+        # a row too few samples reach is inconclusive: a SKIP its check lists as not covered
+        assert c["verdict"] == "pass" or (c["verdict"] == "skip" and c["check"] in data["not_covered"]), c
     names = {c["name"].split("[")[0] for c in data["checks"]}
     for rule in ("chain", "greedy", "block", "tree"):
         assert f"{rule}.marginal" in names and f"{rule}.joint" in names

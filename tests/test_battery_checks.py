@@ -11,13 +11,13 @@ False alarms: the reference's audit is one fixed-seed draw of a family-wise 1e-3
 import pytest
 
 from specverify.adapters.reference import ReferenceEngine
-from specverify.audit import BATTERY, Context, run_audit
+from specverify.audit import ADAPTER_CHECKS, Context, run_audit
 from specverify.zoo import MUTANTS, TARGETS, make
 
 
 def test_the_reference_passes_every_check_of_the_battery():
     result = run_audit(ReferenceEngine(), Context(), factory=ReferenceEngine)
-    applicable = [c for c in BATTERY if c != "bitwise"]      # bitwise needs a model: `audit specverify`
+    applicable = [c for c in ADAPTER_CHECKS if c != "bitwise"]      # bitwise needs a model: `audit specverify`
     by_check = {c: [r for r in result.checks if r.check == c] for c in applicable}
     assert all(by_check[c] for c in applicable), [c for c in applicable if not by_check[c]]
     # a row too few samples reach (zero-mass pos=2: ~18 of 200 000) tests nothing: inconclusive, listed
@@ -34,7 +34,7 @@ def test_every_check_is_meant_for_some_mutant_and_every_mutant_has_targets():
     assert set(TARGETS) == set(MUTANTS)
     # bitwise's "mutant" is the default (not batch-invariant) backend: its negative-control row in every
     # `specverify audit specverify` shows the divergence (tests/test_audit_specverify.py)
-    assert {c for checks in TARGETS.values() for c in checks} == set(BATTERY) - {"bitwise"}
+    assert {c for checks in TARGETS.values() for c in checks} == set(ADAPTER_CHECKS) - {"bitwise"}
 
 
 @pytest.mark.parametrize("name", list(MUTANTS))

@@ -42,6 +42,7 @@ from specverify.reference.batch import PAD, Coins, VerifyBatch
 from specverify.reference.tree_batch import TreeBatch, TreeCoins, shape_of
 
 from ..battery import harness
+from ..errors import AdapterError
 from ..battery.base import FAIL, PASS, WARN, CheckResult, Timer
 from ..battery.problems import drafted_request
 
@@ -221,7 +222,17 @@ def q_precision_rows(engine, ctx) -> list[CheckResult]:
         name = f"chain.q_precision[{kind}]"
         with Timer() as t:
             batch, coins, want = q_precision_batch(kind, getattr(engine, "row_dtype", "float64"))
-            out = harness.verified(engine, "verify", batch, coins, ctx, name)
+            raised = None
+            try:
+                out = harness.verified(engine, "verify", batch, coins, ctx, name)
+            except AdapterError as exc:
+                if harness.adapter_lost(exc):
+                    raise
+                raised = exc                        # it raised on valid rows: no decision was made
+        if raised is not None:
+            rows.append(_row(name, [f"the adapter raised on these valid rows instead of deciding: {raised}"],
+                             batch.batch_size, t.seconds, what=""))
+            continue
         got = (out != PAD).sum(axis=1) >= 2           # the draft was accepted: a bonus token follows it
         bad = []
         for b in np.flatnonzero(got != want):

@@ -92,11 +92,7 @@ def _build(folder: Path, vocab: int, seed: int, window: int, draft_of, noise: fl
     model = MistralForCausalLM(config).float().eval()
     with torch.no_grad():
         if draft_of is None:
-            for name, p in model.named_parameters():
-                if "norm" in name:
-                    p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
-                else:
-                    p.copy_(torch.randn(p.shape, generator=gen) / np.sqrt(p.shape[-1]))   # unit-gain init
+            tiny.init_unit_gain(model, gen)
             ids = torch.randint(0, vocab, (64, 2 * window), generator=gen)
             logits = model(ids).logits
             model.lm_head.weight *= tiny.LOGIT_STD / float(logits.std(dim=-1).mean())

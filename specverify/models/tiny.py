@@ -119,6 +119,17 @@ def build(folder, vocab: int, seed: int, *, draft_of=None, noise: float = DRAFT_
         return _build(folder, int(vocab), int(seed), draft_of, float(noise), int(extra_tokens), params)
 
 
+def init_unit_gain(model, gen) -> None:
+    """Seeded random weights for a tiny model (in place, under no_grad): norms 1 + 0.1 N(0, 1), every
+    other matrix N(0, 1) / sqrt(fan-in), so activations keep unit scale through the layers."""
+    import torch
+    for name, p in model.named_parameters():
+        if "norm" in name:
+            p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
+        else:
+            p.copy_(torch.randn(p.shape, generator=gen) / np.sqrt(p.shape[-1]))
+
+
 def _build(folder: Path, vocab: int, seed: int, draft_of, noise: float, extra_tokens: int, params: dict) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -128,11 +139,7 @@ def _build(folder: Path, vocab: int, seed: int, draft_of, noise: float, extra_to
     model = LlamaForCausalLM(config).float().eval()
     with torch.no_grad():
         if draft_of is None:
-            for name, p in model.named_parameters():
-                if "norm" in name:
-                    p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
-                else:
-                    p.copy_(torch.randn(p.shape, generator=gen) / np.sqrt(p.shape[-1]))   # unit-gain init
+            init_unit_gain(model, gen)
             head = model.lm_head.weight
             head[vocab:] = 0.0
             ids = torch.randint(0, vocab, (64, 6), generator=gen)

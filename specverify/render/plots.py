@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from .analysis import CellTable, Matrix, top_cells
 from specverify.verdicts import ERROR, FAIL, PASS, SKIP, WARN
 
-DPI = 80
+DPI = 120                   # 80 gave 344 x 324 px plots, too small to read
 RED, ORANGE, GREEN, GREY, BLUE = "#cf222e", "#bc4c00", "#2da44e", "#8c959f", "#0969da"
 VERDICT_COLOURS = {PASS: "#aceebb", FAIL: "#ff8182", ERROR: "#ffb77c", WARN: "#f5e08a",
                    SKIP: "#eaeef2", "": "#ffffff"}
@@ -104,14 +104,15 @@ def qq_plot(groups: dict, title: str) -> bytes:
             above_total += int(over.sum())
             highest = max(highest, float(obs.max()))
     if above_total:
-        ax.text(0.98, 0.02, f"{above_total} p-values above 1e-{cap:.0f} (to 1e-{highest:.0f}): drawn at the top",
+        ax.text(0.98, 0.02, f"{above_total} p-values below 1e-{cap:.0f} (down to 1e-{highest:.0f}): drawn at the top",
                 transform=ax.transAxes, ha="right", va="bottom", fontsize=7, color=RED)
     ax.plot([0, xmax], [0, xmax], color="black", lw=0.8)
     ax.set_ylim(0, cap * 1.05)
     ax.set_xlabel("expected -log10 p (uniform)")
     ax.set_ylabel("observed -log10 p")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, loc="upper left", frameon=False)
+    # beside the axes, never over the points (bbox_inches="tight" makes room)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     return to_png(fig)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from specverify.reference.vector import VectorSampler
+from specverify.reference.vector import VectorSampler, last_positive
 
 from .registry import mutant
 
@@ -52,11 +52,7 @@ def _cumsum_fp32_draw(w, coin, out):
             if np.float64(cdf[k]) <= t:
                 token += 1
         if token == v:                          # past the end: the last positive weight
-            token = v - 1
-            for k in range(v - 1, -1, -1):
-                if w[i, k] > 0:
-                    token = k
-                    break
+            token = last_positive(w, i)
         out[i] = token
 
 
