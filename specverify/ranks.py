@@ -82,9 +82,8 @@ def adapter_ref(engine, fallback=None):
 PRELOAD = ("torch.distributed", "specverify.isolation")
 # An adapter of our own (the reference, a zoo mutant: numpy and numba only) is safe to load before the
 # fork, so for those the server also imports its modules and loads their compiled kernels once
-# (`ours`): otherwise every rank spends its first call importing numba and loading the kernel cache
-# (measured: 5-9 s of a rank check's 6-10 s under load, 0.07 s once loaded). Anything else (an
-# external engine) is imported by each rank itself, as before.
+# (`ours`): otherwise every rank spends its first call importing numba and loading the kernel cache,
+# most of a rank check's time. Anything else (an external engine) is imported by each rank itself.
 PRELOAD_OURS = ("numpy", "specverify.reference.batch", "specverify.reference.vector", "specverify.adapters.registry",
                 "specverify.zoo")
 _SERVER_BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "

@@ -36,7 +36,7 @@ from .base import FAIL, PASS, WARN, CheckResult, Timer
 from .harness import invoke
 
 PROMPTS = 4                  # prompts per drafted run (the first of the bitwise check's prompts)
-QUICK_PROMPTS = 1            # at --size quick (the main job): 10 runs of 4 prompts were ~110 CPU-s of it
+QUICK_PROMPTS = 1            # at --size quick (the main job's size): one prompt per drafted run
 TOKENS = 64                  # tokens per drafted run at most (runs must cross windows and KV blocks)
 
 

@@ -53,8 +53,7 @@ class Check:
     whole_run: bool = False         # its rows are whole-run laws (exact ones rule out a bias)
     heavy: int = 0                  # seconds even when it passes: a decisive audit runs the heavy ones last,
                                     # in this order (1 first), so --fail-fast reaches the cheap checks first
-                                    # (rank_agreement ~1 s once the rank server is up, then far_tail ~6 s,
-                                    # then large_vocab)
+                                    # (docs/statistics.md, "Decisive audits")
     needs: tuple = ()               # modules it cannot run without, each from an extra (`specverify.extras`): checked
                                     # before any work (`unavailable`, `specverify.extras`)
 

@@ -7,7 +7,7 @@ tail-hit count of FAR_TAIL_SAMPLES = 6400 steps is Binomial(n, m) under any exac
 `<rule>.far_tail[far-tail,V=262144]` is the exact two-sided binomial test (`stats.binomial_test`) of
 it, and `<rule>.far_tail_ids[...]` the exact row (every id in [0, V)). It runs under the first stochastic
 rule the engine claims (chain, else block): the draw it tests is the bonus draw both share, and one pass
-moves 13 GB of rows (~10 s for the reference).
+moves 13 GB of rows.
 
 Power (at the default size; `ctx.large_scale` < 1 scales n down, and the row's detail then states the
 p-value a never-drawn tail would get): n m = 20.1 expected hits; a tail never drawn (0 hits) has p-value ~4e-9, rejected at any
