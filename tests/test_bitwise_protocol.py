@@ -43,6 +43,15 @@ def test_readme_example_passes_both_rows(tmp_path):
     assert g.data["bitwise"]["n_identical"] == g.data["bitwise"]["n_comparisons"]
 
 
+def test_an_adapter_without_external_drafts_has_its_verify_pass_listed_as_not_covered(tmp_path):
+    """The example takes no external drafts: the drafted rows cannot run, and a SKIP row says so (the
+    audit lists it under not covered) instead of the rows just being absent."""
+    got = rows(example_module(tmp_path).factory())
+    row = got["verify.width[toy-numpy]"]
+    assert row.verdict == "skip" and row.data["not_covered"] and "no external drafts" in row.detail
+    assert not [name for name in got if name.startswith("rollback[")]
+
+
 def test_logic_bug_is_caught_and_called_logic(tmp_path):
     mod = example_module(tmp_path)
 

@@ -577,6 +577,10 @@ def run(engine, ctx, sizes: Sizes | None = None) -> list[CheckResult]:
     if not info.proposers:
         rows.append(CheckResult(f"greedy.bitwise[{info.model}]", SKIP, exact=True,
                                 detail="the adapter offers no proposer: speculative decode not compared"))
+    if not info.drafted:
+        rows.append(CheckResult(f"verify.width[{info.model}]", SKIP, exact=True, data={"not_covered": True},
+                                detail="not covered: the adapter takes no external drafts (BitwiseInfo.drafted): the "
+                                       "verify pass and rollback are not isolated (oracle and adversarial drafters)"))
     for kind in LAYOUT_KINDS:
         if kind not in info.layouts:
             rows.append(CheckResult(f"batch.invariance[{info.model},{kind}]", SKIP, exact=True,
