@@ -107,7 +107,8 @@ def test_the_plugin_is_registered_and_adapter_errors_fail_the_test_with_one_line
     (tmp_path / "test_broken.py").write_text(
         "def test_broken(specverify):\n"
         "    specverify.assert_exact('no_such_module_abc:factory')\n")
-    proc = run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "test_broken.py"], tmp_path)
+    # -rN: no short summary, whose line carries the message or not depending on the terminal's width
+    proc = run(["-m", "pytest", "-q", "-rN", "-p", "no:cacheprovider", "test_broken.py"], tmp_path)
     assert proc.returncode == 1
     assert "specverify: plug-in 'no_such_module_abc:factory': no module named 'no_such_module_abc'" in proc.stdout
     assert "Traceback" not in proc.stdout
