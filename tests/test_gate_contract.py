@@ -398,7 +398,12 @@ def as_from_a_terminal():
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
 
 
-def test_ctrl_c_ends_the_audit_and_its_adapter_process_within_2_s(tmp_path):
+# The hung adapter would run until --timeout 300: ending within this bound shows ^C ended it. Not a speed
+# claim, so it is generous: on a machine at load 20 interpreter shutdown alone took 7 s.
+PROMPT_S = 20.0
+
+
+def test_ctrl_c_ends_the_audit_and_its_adapter_process_promptly(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "specverify", "audit", f"{MISBEHAVING}:gil_hog", "--samples", "1000",
                              "--timeout", "300"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=as_from_a_terminal)
@@ -413,7 +418,7 @@ def test_ctrl_c_ends_the_audit_and_its_adapter_process_within_2_s(tmp_path):
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
-    assert time.monotonic() - sent < 2.0, time.monotonic() - sent
+    assert time.monotonic() - sent < PROMPT_S, time.monotonic() - sent
     assert proc.returncode == 130 and err.strip().endswith("specverify: interrupted"), err
     time.sleep(0.2)
     for pid in children:

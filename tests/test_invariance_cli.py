@@ -222,7 +222,7 @@ def test_ctrl_c_ends_a_gil_holding_op_and_its_process(user_file):
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
-        assert time.monotonic() - sent < 5.0
+        assert time.monotonic() - sent < 20.0    # the op hangs until --timeout 300: this shows ^C ended it
         assert proc.returncode == 130 and err.strip().endswith("specverify: interrupted"), err
         time.sleep(0.5)
         for pid in children:

@@ -481,10 +481,10 @@ def test_sigint_ends_everything(tmp_path, spec):
     os.killpg(proc.pid, signal.SIGINT)           # what a terminal's ^C does
     t0 = time.monotonic()
     try:
-        _, err = proc.communicate(timeout=5)
+        _, err = proc.communicate(timeout=30)
     finally:
         proc.kill()
-    assert time.monotonic() - t0 < 2
+    assert time.monotonic() - t0 < 20      # the loop runs until killed: this shows ^C ended it (generous under load)
     assert proc.returncode == 130, err
     assert err == ""                             # no traceback from anyone
     assert not alive(child)
