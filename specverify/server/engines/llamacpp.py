@@ -1,0 +1,37 @@
+"""llama-cpp-python's server, `python -m llama_cpp.server` (the `[server]` extra: FastAPI, uvicorn,
+sse-starlette, pydantic-settings).
+
+    python -m llama_cpp.server --model FILE.gguf --host 127.0.0.1 --port PORT
+        [--draft_model prompt-lookup-decoding --draft_model_num_pred_tokens N]
+
+Speculation: prompt lookup only. Its settings (llama_cpp/server/settings.py, `ModelSettings.draft_model`:
+"Method to use for speculative decoding. One of (prompt-lookup-decoding)") and its model loader
+(llama_cpp/server/model.py: any `draft_model` value builds `LlamaPromptLookupDecoding(num_pred_tokens=...)`)
+offer no draft *model*: a second GGUF cannot be given to the server. `lookup:N` here is
+`--draft_model prompt-lookup-decoding --draft_model_num_pred_tokens N` (its n-gram size stays the
+class default, 2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import EngineLauncher, parse_spec
+
+INSTALL = ("LLAMACPP_WHEEL=/work/wheels/llama_cpp_python-0.3.36-*.whl "
+           "bash specverify/findings/install_llamacpp.sh /work/venvs/llamacpp")
+LOOKUP = "prompt-lookup-decoding"
+
+
+@dataclass(frozen=True)
+class LlamaCppLauncher(EngineLauncher):
+    def command(self, python, model, port, spec, extra=()):
+        kind, arg = parse_spec(spec)
+        argv = [python, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1", "--port", str(port)]
+        if kind == "lookup":
+            argv += ["--draft_model", LOOKUP, "--draft_model_num_pred_tokens", str(int(arg))]
+        return argv + list(extra)
+
+
+LAUNCHER = LlamaCppLauncher(name="llamacpp", install_hint=INSTALL, spec_kinds=("none", "lookup:N"),
+                            env={}, ready_timeout_s=300.0, distribution="llama_cpp_python")
