@@ -19,6 +19,8 @@ logits in float64 (`reference.tabulated.TabulatedModel`), from which every law i
     pair_folders(root, vocab, seed)                 (target, draft) folders, built once under `root`: what an
                                                     adapter's `own_models(vocab, seed)` returns
     pair(root, vocab, seed)                         the same as TabulatedModels (handle = the folder)
+    engine_tensors(folder)                          the weights under GGUF names in the rotary layout our
+                                                    engine takes (`engine.loader.load_tiny_folder`)
     seeded_llama(seed, **config)                    an in-memory LlamaForCausalLM of `config` with
                                                     transformers' own init after torch.manual_seed(seed)
                                                     (the engine adapters' and findings' CI models)
@@ -186,6 +188,34 @@ def tabulated(folder, name: str | None = None):
             return model(ids).logits[:, -1, :vocab].numpy()         # [B, V] float64
 
     return TabulatedModel(vocab, logits_fn, name or folder.name, handle=folder)
+
+
+def engine_tensors(folder) -> tuple[dict, dict]:
+    """(config.json as a dict, float32 numpy tensors under GGUF names) of a folder written by `build`:
+    q/k rows in the adjacent-pair rotary layout (as `models.gguf.export` writes them), the untied head
+    as `output.weight` -- what our engine builds a Llama from (`engine.loader.load_tiny_folder`)."""
+    from safetensors.numpy import load_file
+
+    from .gguf import _rope_rows
+    from .sliding import HF_TO_GGUF
+
+    folder = Path(folder)
+    if not (folder / STAMP).exists():
+        raise InputError(f"tiny_llama: {folder} is not a folder written by tiny_llama (models.tiny.build)")
+    cfg = json.loads((folder / "config.json").read_text())
+    hf = load_file(str(folder / "model.safetensors"))
+    out = {"token_embd.weight": hf["model.embed_tokens.weight"], "output_norm.weight": hf["model.norm.weight"],
+           "output.weight": hf["lm_head.weight"]}
+    heads, kv_heads = int(cfg["num_attention_heads"]), int(cfg["num_key_value_heads"])
+    for i in range(int(cfg["num_hidden_layers"])):
+        for hf_name, name in HF_TO_GGUF.items():
+            t = np.ascontiguousarray(hf[f"model.layers.{i}.{hf_name}.weight"], np.float32)
+            if name == "attn_q":
+                t = _rope_rows(t, heads)
+            elif name == "attn_k":
+                t = _rope_rows(t, kv_heads)
+            out[f"blk.{i}.{name}.weight"] = np.ascontiguousarray(t)
+    return cfg, {k: np.ascontiguousarray(v, np.float32) for k, v in out.items()}
 
 
 def pair_folders(where=None, vocab: int = 4, seed: int = 0, *, noise: float = DRAFT_NOISE, extra_tokens: int = 0):
