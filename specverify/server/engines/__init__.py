@@ -1,0 +1,1 @@
+"""Launchers of real OpenAI-compatible servers (`base.EngineLauncher`), one module per engine."""
