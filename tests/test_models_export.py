@@ -214,15 +214,20 @@ def _wait(proc, ready: Path, deadline: float) -> str:
 
 @pytest.fixture(scope="module")
 def served(dest, tmp_path_factory):
-    """{"spec", "broken", "anonymous"} -> URL: servers of the export (folder, GGUF, a name with no law)."""
+    """{"spec", "broken", "anonymous", "anonymous64"} -> URL: servers of the export (folder, GGUF, a name
+    with no law), and one of a 64-token export under a name with no law (an audit that knows no law
+    knows no vocabulary either: its prompts are ids below 64)."""
     pytest.importorskip("fastapi")
     pytest.importorskip("openai")
     tmp = tmp_path_factory.mktemp("served")
+    wide = export.write("tiny-llama", tmp / "v64", vocab=64, seed=1, fmt="hf") and tmp / "v64"
     started = {"spec": _start(tmp, "spec", "--model", str(dest), "--spec", "draft"),
                "broken": _start(tmp, "broken", "--model", str(dest / "target" / "model-f32.gguf"), "--spec", "draft",
                                 "--variant", "recovered-from-p"),
                "anonymous": _start(tmp, "anonymous", "--model", str(dest), "--spec", "draft",
-                                   "--served-model-name", "my-model")}
+                                   "--served-model-name", "my-model"),
+               "anonymous64": _start(tmp, "anonymous64", "--model", str(wide), "--spec", "draft",
+                                     "--served-model-name", "my-model")}
     try:
         deadline = time.monotonic() + STARTUP_S
         yield {k: _wait(p, r, deadline) for k, (p, r, _) in started.items()}
@@ -261,7 +266,7 @@ def test_broken_server_of_the_exports_gguf_fails_server_law(served):
 
 
 def test_a_model_whose_law_the_audit_cannot_know_is_a_skip_listed_as_not_covered(served, dest):
-    result, rows = _law_rows(served["anonymous"])
+    result, rows = _law_rows(served["anonymous64"])
     assert [r.verdict for r in rows] == ["skip"] and rows[0].data.get("not_covered")
     assert "has no law the audit knows" in result.not_covered["server"]
     result, rows = _law_rows(served["anonymous"], law_model=str(dest))      # named: tested, and it passes
