@@ -508,7 +508,7 @@ def prepare(engine, given: dict | None = None, *, progress=None, label=None, iso
     if is_url(engine):                 # an OpenAI-compatible server: the server level
         return prepare_server(engine, given, progress=progress, label=label)
     given = dict(given or {})
-    for name in ("model", "plain_url"):
+    for name in ("model", "plain_url", "law_model"):
         if given.get(name) is not None:
             raise InputError(f"{label(name) if label else name} is for a server audit (an http://HOST:PORT/v1 "
                              f"engine), not for {engine!r}")

@@ -212,6 +212,12 @@ class Settings:
                                     help="server audits: a plain (non-speculative) server of the same model, for "
                                          "server.greedy_bitwise and server.spec_vs_plain",
                                     default_text="none: those rows are not covered")
+    law_model: str | None = setting(None, check=_text_or_none, metavar="PATH", doors=("audit", "option", "marker"),
+                                    context=False,
+                                    help="server audits: the `specverify models write` folder (DEST, DEST/draft or its "
+                                         "manifest) of the served model, whose exact law server.law tests against",
+                                    default_text="found from the served model's name (tiny:V,SEED, or a path into "
+                                                 "such a folder); else server.law is not covered")
 
     def to_dict(self) -> dict:
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}

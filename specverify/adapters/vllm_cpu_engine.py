@@ -280,12 +280,8 @@ EXPORT_STAMP = "specverify-vllm-export.json"   # configuration: head_dim=16 isa=
 
 def export(folder) -> Path:
     """The models.tiny folder as a Llama vLLM's CPU attention accepts, written once beside it: the same
-    function with every attention head widened from d to HEAD_DIM dimensions. q/k dimension i < d/2 goes
-    to 4i... in general i -> (HEAD_DIM/d) i and i + d/2 -> (HEAD_DIM/d) i + HEAD_DIM/2, which keeps
-    each rotary pair and its frequency (theta^(-2i/d) = theta^(-2 (HEAD_DIM/d) i / HEAD_DIM)); the other
-    dimensions are zero; q is scaled by sqrt(HEAD_DIM/d) (a power of 2 here) so that
-    q.k / sqrt(HEAD_DIM) is the original q.k / sqrt(d); v keeps its d dimensions first and o_proj reads
-    them. The float64 forward of the export is checked against the original's before use."""
+    function with every attention head widened from d to HEAD_DIM dimensions (`models.tiny.widen_heads`,
+    which checks the float64 forward of the export against the original's before use)."""
     import json
 
     folder = Path(folder)
@@ -294,51 +290,11 @@ def export(folder) -> Path:
     stamp = {"source": str(folder.resolve()), "source_stamp": source, "head_dim": HEAD_DIM}
     if (out / EXPORT_STAMP).exists() and json.loads((out / EXPORT_STAMP).read_text()) == stamp:
         return out
-    import shutil
-
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    src = LlamaForCausalLM.from_pretrained(str(folder), dtype=torch.float64, attn_implementation="eager").eval()
-    cfg = src.config
-    d = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    if HEAD_DIM % d or HEAD_DIM < d:
-        raise AdapterError(f"vllm-cpu-engine: cannot widen head_dim {d} to {HEAD_DIM}")
-    r, half = HEAD_DIM // d, d // 2
-    qk_map = [r * i for i in range(half)] + [r * i + HEAD_DIM // 2 for i in range(half)]
-    new_cfg = LlamaConfig(**{**cfg.to_dict(), "head_dim": HEAD_DIM})
-    dst = LlamaForCausalLM(new_cfg).double().eval()
-    sd = {k: v.clone() for k, v in src.state_dict().items()}
-    H, KV = cfg.num_attention_heads, cfg.num_key_value_heads
-
-    def widen_rows(w, heads, where, scale=1.0):
-        wide = torch.zeros((heads, HEAD_DIM, w.shape[1]), dtype=w.dtype)
-        wide[:, where] = w.view(heads, d, w.shape[1]) * scale
-        return wide.reshape(heads * HEAD_DIM, w.shape[1])
-
-    for layer in range(cfg.num_hidden_layers):
-        pre = f"model.layers.{layer}.self_attn."
-        sd[pre + "q_proj.weight"] = widen_rows(sd[pre + "q_proj.weight"], H, qk_map, float(np.sqrt(r)))
-        sd[pre + "k_proj.weight"] = widen_rows(sd[pre + "k_proj.weight"], KV, qk_map)
-        sd[pre + "v_proj.weight"] = widen_rows(sd[pre + "v_proj.weight"], KV, list(range(d)))
-        o = sd[pre + "o_proj.weight"]                                   # [hidden, H * d]
-        wide = torch.zeros((o.shape[0], H, HEAD_DIM), dtype=o.dtype)
-        wide[:, :, :d] = o.view(o.shape[0], H, d)
-        sd[pre + "o_proj.weight"] = wide.reshape(o.shape[0], H * HEAD_DIM)
-    dst.load_state_dict(sd, strict=True)
     with cache.atomic_folder(out) as tmp:
-        dst.float().save_pretrained(str(tmp), safe_serialization=True)     # exact: the source is float32
-        for extra in ("generation_config.json", "tokenizer.json", "tokenizer_config.json"):
-            if (folder / extra).exists():
-                shutil.copyfile(folder / extra, tmp / extra)
-        # the file as written, loaded the way the law is (float64, rotary frequencies as transformers keeps them)
-        back = LlamaForCausalLM.from_pretrained(str(tmp), dtype=torch.float64, attn_implementation="eager").eval()
-        ids = torch.randint(0, cfg.vocab_size, (8, 12), generator=torch.Generator().manual_seed(0))
-        with torch.no_grad():
-            a, b = src(ids).logits, back(ids).logits
-        if not torch.allclose(a, b, rtol=1e-10, atol=1e-10):
-            raise AdapterError(f"vllm-cpu-engine: the widened export differs from {folder} "
-                               f"(max |diff| {float((a - b).abs().max()):.3g})")
+        try:
+            tiny_llama.widen_heads(folder, tmp, HEAD_DIM)
+        except InputError as exc:
+            raise AdapterError(f"vllm-cpu-engine: {exc}") from None
         (tmp / EXPORT_STAMP).write_text(json.dumps(stamp, indent=1))
     return out
 

@@ -15,8 +15,11 @@ a SKIP listed under not covered, never a pass.
                             concurrent filler requests (longer, other prompts and settings): ids and
                             logprobs must be identical (batch invariance and seeded reproducibility
                             under traffic). Exact.
-    server.law              a server whose model is a toy model with a known law ("tiny:V,SEED", served
-                            by `specverify serve`): seeded runs of LAW_TOKENS tokens after LAW_PROMPT
+    server.law              a server whose model has a law the audit knows (`server.audit.known_law`: a toy
+                            model "tiny:V,SEED" served by `specverify serve`, or a tiny Llama written by
+                            `specverify models write`, found from the served model's path-name or
+                            --law-model, its law a float64 forward of the folder's weights):
+                            seeded runs of LAW_TOKENS tokens after LAW_PROMPT
                             against the exact law of the transformed target (`reference.laws.target_law`),
                             by Pearson chi-squared over the V^L sequences (an impossible sequence fails
                             exactly). Rows: temperature 1, and temperature 0.8 with top_p 0.9.
@@ -200,18 +203,17 @@ def runs(client, prompt, total: int, length: int, ctx, key: str, **sampling) -> 
 def law_rows(engine, ctx) -> list:
     from specverify.reference import laws
     from specverify.reference.transforms import Transform
-    from specverify.server.models import parse_tiny, tiny_models
 
     from .joint import sequence_gof
 
-    tiny = parse_tiny(engine.client.model)
-    if tiny is None:
-        return [skip("server.law", f"model {engine.client.model!r} has no known law (serve a tiny:V,SEED model)")]
+    known = getattr(engine, "law", None)
+    if known is None:
+        return [skip("server.law", f"model {engine.client.model!r} has no law the audit knows (serve tiny:V,SEED or "
+                                   "a `specverify models write` folder, or name it with --law-model)")]
     s = engine.support
     if not s["token_ids"]:
         return [skip("server.law", "the server returns no token ids")]
-    vocab, seed = tiny
-    target, _ = tiny_models(vocab, seed)
+    target = known.model
     rows = []
     n = budget(ctx)
     for temperature, top_p in LAW_TRANSFORMS:
@@ -229,6 +231,7 @@ def law_rows(engine, ctx) -> list:
             short = sum(1 for ids in got if len(ids) != LAW_TOKENS)
             row.verdict, row.exact = FAIL, True
             row.detail = f"{short} of {n} runs did not return {LAW_TOKENS} tokens (a toy model has no EOS)"
+        row.data["law_source"] = known.source
         rows.append(row)
     return rows
 

@@ -16,7 +16,8 @@ import threading
 from specverify import __version__
 from specverify.errors import AdapterError, InputError
 
-COMMANDS = ["audit", "zoo", "generate", "bench", "report", "lab", "invariance", "findings", "serve", "serve_audit"]
+COMMANDS = ["audit", "zoo", "generate", "bench", "report", "lab", "invariance", "findings", "serve", "serve_audit",
+            "models"]
 
 EPILOG = """\
 exit codes: 0 pass, 1 fail (a check found a deviation), 2 usage or input error.

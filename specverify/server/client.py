@@ -303,7 +303,9 @@ class ServerClient:
         feature("seed", lambda: _same(self.complete(prompt, max_tokens=PROBE_TOKENS, seed=1234),
                                       self.complete(prompt, max_tokens=PROBE_TOKENS, seed=1234)),
                 "two requests with the same seed differ")
-        feature("n", lambda: len(self.complete(prompt, n=2, **base)) == 2, "n=2 did not give 2 choices")
+        # n at temperature 1: a server may refuse n > 1 when greedy (vLLM: "n must be 1 when using greedy sampling")
+        feature("n", lambda: len(self.complete(prompt, n=2, max_tokens=PROBE_TOKENS, temperature=1.0)) == 2,
+                "n=2 did not give 2 choices")
         feature("n_seeded_distinct", lambda: s["n"] and len({_key(c) for c in self.complete(
             prompt, max_tokens=PROBE_TOKENS, n=8, seed=4321)}) > 1, "n choices of one seeded request are identical")
         feature("stop", lambda: self.complete(prompt, stop=["\n\n"], **base) is not None, "")

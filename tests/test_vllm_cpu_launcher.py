@@ -1,0 +1,57 @@
+"""The vllm-cpu server launcher (`server/engines/vllm_cpu.py`): the argv it builds and the speculation it
+asks for. Starting the real server needs the vllm-cpu venv (`findings/vllm_cpu_server.py`, the report in
+reports/vllm-cpu-server-0.32.0); here only what can be checked without it."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from specverify.errors import InputError
+from specverify.server.engines import vllm_cpu
+from specverify.server.engines.base import EngineLauncher
+
+
+def _spec_config(argv):
+    return json.loads(argv[argv.index("--speculative-config") + 1]) if "--speculative-config" in argv else None
+
+
+def test_the_launcher_fills_the_engine_launcher_interface():
+    launcher = vllm_cpu.LAUNCHER
+    assert isinstance(launcher, EngineLauncher) and launcher.name == "vllm-cpu"
+    assert {"ngram", "draft"} <= set(launcher.spec_kinds)
+    assert launcher.ready_timeout_s > 0 and "install_vllm_cpu.sh" in launcher.install_hint
+    assert launcher.env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+
+
+def test_argv_binds_loopback_on_the_port_and_passes_the_speculative_config():
+    argv = vllm_cpu.command("/venv/bin/python", "/m/target-hd64", 43210, "draft:/m/draft-hd64:4", ["--max-model-len", "128"])
+    assert argv[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--port") + 1] == "43210"
+    assert argv[argv.index("--model") + 1] == "/m/target-hd64" and argv[-2:] == ["--max-model-len", "128"]
+    assert _spec_config(argv) == {"model": "/m/draft-hd64", "num_speculative_tokens": 4}
+    assert _spec_config(vllm_cpu.command("p", "m", 1, "none")) is None
+
+
+@pytest.mark.parametrize("spec, want", [
+    ("ngram", {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3}),
+    ("ngram:5", {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 1, "prompt_lookup_max": 3}),
+    ("draft:/d", {"model": "/d", "num_speculative_tokens": 3}),
+    ("draft-probabilistic:/d:2", {"model": "/d", "num_speculative_tokens": 2, "draft_sample_method": "probabilistic"}),
+    ('{"method": "ngram", "num_speculative_tokens": 1}', {"method": "ngram", "num_speculative_tokens": 1}),
+])
+def test_speculative_config_of_each_spec(spec, want):
+    assert vllm_cpu.speculative_config(spec) == want
+
+
+@pytest.mark.parametrize("spec", ["eagle:/x", "ngram:0", "ngram:x", "draft", "draft:", "none:3", "{not json", "[1]"])
+def test_a_bad_spec_is_an_input_error(spec):
+    with pytest.raises(InputError):
+        vllm_cpu.speculative_config(spec)
+
+
+def test_version_of_an_interpreter_without_vllm_cpu_is_an_input_error_naming_the_install():
+    with pytest.raises(InputError, match="install_vllm_cpu.sh"):
+        vllm_cpu.version(sys.executable)
