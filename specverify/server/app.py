@@ -103,6 +103,7 @@ class _Choice:
         self.finish_reason = None
         self.text = None
         self.sent = ""
+        self.charged = 0                  # completion tokens the engine charges this choice (usage)
 
 
 def build_app(model: ServedModel, config: ServeConfig):
@@ -193,13 +194,13 @@ def build_app(model: ServedModel, config: ServeConfig):
                     c.tokens += ev[1]
                     c.entries += ev[2]
                 else:
-                    c.finish_reason, c.text = ev[1], ev[2]
+                    c.finish_reason, c.text, c.charged = ev[1], ev[2], ev[3]
                     left -= 1
             out = []
             for c in choices:
                 c.sent = c.text
                 out.append(choice_body(c, c.tokens, c.entries, c.text, c.finish_reason))
-            body = wire.envelope(cid, model.name, out, wire.usage(prompt_tokens, sum(len(c.tokens) for c in choices)))
+            body = wire.envelope(cid, model.name, out, wire.usage(prompt_tokens, sum(c.charged for c in choices)))
             if req.return_token_ids:
                 body["prompt_token_ids"] = prompts
             return body
@@ -230,11 +231,12 @@ def build_app(model: ServedModel, config: ServeConfig):
                     final = ev[2] if ev[2] is not None else ""
                     delta = final[len(c.sent):]
                     c.sent = final
+                    c.charged = ev[3]
                     left -= 1
                     yield wire.sse(wire.envelope(cid, model.name, [choice_body(c, [], [], delta, ev[1])]))
             if req.stream_options is not None and req.stream_options.include_usage:
                 yield wire.sse(wire.envelope(cid, model.name, [],
-                                             wire.usage(prompt_tokens, sum(len(c.tokens) for c in choices))))
+                                             wire.usage(prompt_tokens, sum(c.charged for c in choices))))
             yield wire.sse("[DONE]")
 
         return StreamingResponse(events(), media_type="text/event-stream")
