@@ -68,7 +68,8 @@ def test_the_reference_server_passes_every_serving_row(urls):
     result = prepare(urls["exact"], {"checks": ["serving"], "timeout": 60.0, "alpha": 1e-3}).run()
     verdicts = {r.name.split("[")[0]: r.verdict for r in result.checks}
     assert verdicts == {"server.logprobs": "pass", "server.stop": "pass", "server.length": "pass",
-                        "server.stream": "pass", "server.seeds": "pass", "server.seeds.n_independent": "pass"}, \
+                        "server.stream": "pass", "server.seeds": "pass", "server.seeds.n_independent": "pass",
+                        "server.prefix_cache": "pass"}, \
         [(r.name, r.detail) for r in result.checks if r.verdict != "pass"]
     assert result.verdict == "pass" and not result.not_covered
     by = {r.name.split("[")[0]: r for r in result.checks}
@@ -76,6 +77,7 @@ def test_the_reference_server_passes_every_serving_row(urls):
     assert by["server.logprobs"].data["compared"] >= 80
     assert len(by["server.stop"].data["positions"]) >= 10          # stops completed all along the runs
     assert by["server.seeds.n_independent"].p_value > 1e-3
+    assert by["server.prefix_cache"].data["cached_cold"] == 0 and min(by["server.prefix_cache"].data["cached_warm"]) > 0
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -83,3 +85,59 @@ def test_each_broken_variant_is_caught_by_its_row(urls, variant):
     rows = _rows(urls[variant], VARIANTS[variant])
     assert rows[0].verdict == "fail" and rows[0].exact, rows[0].detail
 
+
+
+# ------------------------------------------------------------------------------ the prefix-cache row can fail
+
+
+class _Scripted:
+    """A client answering from `answer(request, count)` (count: how often this prompt was sent before)."""
+
+    def __init__(self, answer):
+        from specverify.server.client import Support
+        self.answer, self.seen, self.model, self.url = answer, {}, "m", "stub"
+        self.support = Support(features={k: True for k in ("token_id_prompts", "token_ids", "logprobs", "seed", "n",
+                                                           "n_seeded_distinct", "stop", "top_k", "stream")})
+
+    def probe(self):
+        return self.support
+
+    def many(self, requests, in_flight=16):
+        out = []
+        for r in requests:
+            key = (tuple(r["prompt"]), r["temperature"])
+            count = self.seen.get(key, 0)
+            self.seen[key] = count + 1
+            out.append(self.answer(r, count))
+        return out
+
+
+def _prefix_row(answer):
+    from specverify.battery.base import Context
+    from specverify.checks.serving import prefix_cache_row
+    engine = type("StubEngine", (), {})()
+    engine.client = _Scripted(answer)
+    engine.support, engine.vocab = engine.client.support, None
+    return prefix_cache_row(engine, Context())
+
+
+def _resp(ids, cached):
+    from specverify.server.client import Choice, Response
+    usage = {"prompt_tokens": 20, "completion_tokens": len(ids), "total_tokens": 20 + len(ids)}
+    if cached is not None:
+        usage["cached_tokens"] = cached
+    return Response([Choice(0, "", tuple(ids), tuple(-1.0 for _ in ids), None, "length")], usage)
+
+
+def test_prefix_cache_row_fails_when_a_warm_request_differs():
+    row = _prefix_row(lambda r, count: _resp([1, 2, 3] if count == 0 else [1, 2, 4], 16 * count))
+    assert row.verdict == "fail" and "cold vs warm" in row.detail
+
+
+def test_prefix_cache_row_is_no_pass_when_the_cache_was_not_seen_hit():
+    row = _prefix_row(lambda r, count: _resp([1, 2, 3], None))          # no cached_tokens reported
+    assert row.verdict == "skip" and "does not report cache hits" in row.detail
+    row = _prefix_row(lambda r, count: _resp([1, 2, 3], 0))             # reported, never hit
+    assert row.verdict == "skip" and "not exercised" in row.detail
+    row = _prefix_row(lambda r, count: _resp([1, 2, 3], 16 * count))   # hit: a pass
+    assert row.verdict == "pass"

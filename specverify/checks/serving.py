@@ -36,11 +36,19 @@ a row that needs what the server lacks is a SKIP listed under not covered.
                       two choices independent (chi-squared test of independence, Holm with the family).
                       Catches generators offset by the engine's step count (TensorRT-LLM PRs #17599,
                       #17172) and n choices drawn from one stream.
+    server.prefix_cache
+                      CACHE_PROBES never-seen prompts (a fresh nonce: cold also for a re-audit) of
+                      CACHE_PROMPT_TOKENS tokens, greedy and seeded, sent cold then warm: ids and logprob
+                      bytes identical; on a toy model, prompts sharing CACHE_SHARED_TOKENS leading tokens
+                      with them against the toy's exact greedy path. The warm requests must be seen served
+                      from the cache (usage.prompt_tokens_details.cached_tokens > 0), else a SKIP: a stress
+                      that did not happen is not a pass. Exact.
 
 Text: a tiny:V,SEED server's words are known ("t{i}", `server.models.ToyTokenizer`); any other server's
 text of ids[:j] is read from the run's logprobs text_offset (prefix-stable detokenisation assumed:
 a tokenizer whose pieces merge across tokens is then compared only where the offsets are given).
-Not covered here: prefix caching and preemption (no row), the seeded continuation after a stop, concurrent
+Not covered here: preemption (no row; our server sizes its KV for --max-batch full requests and never
+preempts), the run law and acceptance under a warm cache, the seeded continuation after a stop, concurrent
 unseeded requests' independence, multi-byte and byte-fallback text (a toy model's text is ASCII).
 
 Budget (`--samples`): fixed prompts, runs and offsets (about 500 requests); --samples unused.
@@ -68,6 +76,10 @@ SEED_FILLERS = 16
 INDEPENDENCE_REQUESTS = 400
 INDEPENDENCE_CELLS = 8     # first tokens binned into the most frequent 7 and "other"
 IN_FLIGHT = 16
+CACHE_PROBES = 3
+CACHE_PROMPT_TOKENS = 20   # more than a block of 16 (our server's and vLLM's default) is cached
+CACHE_SHARED_TOKENS = 17   # the shared-prefix prompts share this many leading tokens
+CACHE_TOKENS = 6           # within a tiny:V model's context (30 tokens at V = 4)
 SEED_BASE = 7000           # the rows' request seeds: SEED_BASE + run index (fixed: the audit is reproducible)
 
 
@@ -357,7 +369,8 @@ def stream_row(engine, ctx) -> CheckResult:
         if lp is not None and (b.logprobs is None or len(b.logprobs) != len(a.logprobs or ()) or not all(
                 _same_value(x, y, exact) for x, y in zip(a.logprobs, b.logprobs))):
             problems.append("streamed logprobs differ")
-        if ua is not None and ub is not None and ua != ub:
+        counts = ("prompt_tokens", "completion_tokens", "total_tokens")     # not cached_tokens: the cache warms
+        if ua is not None and ub is not None and any(ua[k] != ub[k] for k in counts):
             problems.append(f"streamed usage {ub} != {ua}")
         if a.ids is not None and ua is not None and ua["completion_tokens"] != len(a.ids):
             problems.append(f"usage.completion_tokens {ua['completion_tokens']} for {len(a.ids)} ids")
@@ -443,6 +456,72 @@ def _independence(engine, ctx) -> CheckResult:
                        data={"table": table.tolist()})
 
 
+# ------------------------------------------------------------------------------ prefix cache
+
+def prefix_cache_row(engine, ctx) -> CheckResult:
+    """Each probe prompt cold (never seen: a fresh nonce in it), then warm (the same request again),
+    greedy and seeded: ids and logprob bytes identical; on a toy model also a prompt sharing the probe's
+    first tokens (its prefix served from the cache) against the toy's exact greedy path. The cache must
+    be seen hit (usage.prompt_tokens_details.cached_tokens > 0 on the warm requests): a stress that did not
+    happen is not a pass."""
+    s = engine.support
+    name = f"server.prefix_cache[{CACHE_PROBES} prompts of {CACHE_PROMPT_TOKENS} tokens: cold, warm, shared prefix]"
+    if not s["token_ids"] or not s["token_id_prompts"]:
+        return skip(name, "needs token-id prompts and returned token ids")
+    lp = 1 if s["logprobs"] else None
+    high = min(engine.vocab or 64, 64)
+    nonce = np.random.default_rng()            # cold means never sent before, also by an earlier audit
+    prompts = [tuple(int(t) for t in nonce.integers(0, high, size=CACHE_PROMPT_TOKENS)) for _ in range(CACHE_PROBES)]
+    modes = [dict(temperature=0.0)] + ([dict(temperature=1.0, seed=SEED_BASE + 400)] if s["seed"] else [])
+
+    def reqs(ps):
+        return [dict(prompt=p, max_tokens=CACHE_TOKENS, logprobs=lp, full=True, **m) for p in ps for m in modes]
+
+    shared = [p[:CACHE_SHARED_TOKENS] + tuple(int(t) for t in nonce.integers(0, high, size=CACHE_PROMPT_TOKENS -
+                                                                             CACHE_SHARED_TOKENS)) for p in prompts]
+    with Timer() as t:
+        cold = engine.client.many(reqs(prompts), 1)
+        warm = engine.client.many(reqs(prompts), 1)
+        sharing = engine.client.many([dict(prompt=p, max_tokens=CACHE_TOKENS, temperature=0.0, logprobs=lp, full=True)
+                                      for p in shared], 1)
+    n = len(cold) + len(sharing)
+    for i, (a, b) in enumerate(zip(cold, warm)):
+        a, b = a.choices[0], b.choices[0]
+        if a.ids != b.ids or _hex(a.logprobs) != _hex(b.logprobs):
+            what = "ids" if a.ids != b.ids else "logprob bytes"
+            return _fail(name, f"prompt {i // len(modes)} ({'greedy' if i % len(modes) == 0 else 'seeded'}): {what} "
+                               f"differ cold vs warm (cold {list(a.ids)[:8]}..., warm {list(b.ids)[:8]}...)", n, t,
+                         prompt=list(prompts[i // len(modes)]))
+    toy = _toy(engine)
+    if toy is not None:
+        for i, (p, resp) in enumerate(zip(shared, sharing)):
+            want, ctx_ids = [], list(p)
+            for _ in range(CACHE_TOKENS):
+                lsm = ref.log_softmax(toy[1].logits(ctx_ids))
+                want.append(int(np.argmax(lsm)))
+                ctx_ids.append(want[-1])
+            c = resp.choices[0]
+            if list(c.ids) != want:
+                return _fail(name, f"shared-prefix prompt {i}: ids {list(c.ids)}, the toy's greedy path {want}", n, t,
+                             prompt=list(p))
+    hits = [r.usage.get("cached_tokens") for r in warm + sharing if r.usage is not None]
+    if not hits or any(h is None for h in hits):
+        return skip(name, "the server does not report cache hits (usage.prompt_tokens_details.cached_tokens): "
+                          "cold and warm agreed, but whether the cache served them is unknown")
+    cold_hits = sum(r.usage.get("cached_tokens") or 0 for r in cold[::len(modes)])
+    if max(hits) == 0:
+        return skip(name, f"no warm request was served from the cache (cached_tokens 0 on all {len(hits)}): the warm "
+                          "path was not exercised")
+    return _pass(name, f"{len(cold)} requests identical cold and warm (ids{' and logprob bytes' if lp else ''})"
+                       + (", shared-prefix prompts on the toy's exact greedy path" if toy is not None else "")
+                       + f"; cached tokens: cold {cold_hits}, warm and shared {sum(hits)}", n, t,
+                 cached_warm=hits, cached_cold=cold_hits)
+
+
+def _hex(values):
+    return None if values is None else [float(v).hex() for v in values]
+
+
 # ------------------------------------------------------------------------------ the check
 
 def run(engine, ctx) -> list[CheckResult]:
@@ -451,6 +530,7 @@ def run(engine, ctx) -> list[CheckResult]:
     support = engine.client.probe()
     rows = [logprobs_row(engine, ctx), stop_row(engine, ctx), length_row(engine, ctx), stream_row(engine, ctx)]
     rows += seeds_rows(engine, ctx)
+    rows.append(prefix_cache_row(engine, ctx))
     for r in rows:
         r.data.setdefault("support", support.to_dict())
     return rows

@@ -364,11 +364,18 @@ class ServerClient:
 
 
 def _usage(block) -> dict | None:
-    """A usage block's three counts as ints, or None when the server sent none (or not numbers)."""
+    """A usage block's three counts as ints (and "cached_tokens" when the server reports
+    prompt_tokens_details.cached_tokens), or None when the server sent none (or not numbers)."""
     if not isinstance(block, dict):
         return None
     out = {k: block.get(k) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
-    return out if all(isinstance(v, int) and not isinstance(v, bool) for v in out.values()) else None
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in out.values()):
+        return None
+    details = block.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if isinstance(cached, int) and not isinstance(cached, bool):
+        out["cached_tokens"] = cached          # prompt tokens the server's prefix cache served
+    return out
 
 
 def _message(exc) -> str:
