@@ -26,7 +26,8 @@ a row that needs what the server lacks is a SKIP listed under not covered.
                       must equal `finish` of the longest greedy run. Exact. Catches a cap crossed by an
                       accepted run and usage charging the whole block (SGLang #31599 / PR #33758, #39826,
                       ik_llama.cpp PR #2358).
-    server.stream     the runs of server.logprobs (and one stopped run each) streamed: concatenated deltas
+    server.stream     runs like server.logprobs' (and each stopped mid-text; on a real vocabulary also
+                      STREAM_TEXT_PROMPTS: quotes, multi-byte characters, emoji) streamed: concatenated deltas
                       == non-streamed text == detokenised ids (where the audit can detokenise), streamed
                       ids, logprobs, finish_reason and usage == non-streamed. Exact. Catches a stream that
                       sends only the last token of a step (vLLM PR #26027, #52469, rtp-llm PR #1285).
@@ -49,7 +50,7 @@ text of ids[:j] is read from the run's logprobs text_offset (prefix-stable detok
 a tokenizer whose pieces merge across tokens is then compared only where the offsets are given).
 Not covered here: preemption (no row; our server sizes its KV for --max-batch full requests and never
 preempts), the run law and acceptance under a warm cache, the seeded continuation after a stop, concurrent
-unseeded requests' independence, multi-byte and byte-fallback text (a toy model's text is ASCII).
+unseeded requests' independence; on a toy model, multi-byte text (its words are ASCII).
 
 Budget (`--samples`): fixed prompts, runs and offsets (about 500 requests); --samples unused.
 """
@@ -76,6 +77,7 @@ SEED_FILLERS = 16
 INDEPENDENCE_REQUESTS = 400
 INDEPENDENCE_CELLS = 8     # first tokens binned into the most frequent 7 and "other"
 IN_FLIGHT = 16
+STREAM_TEXT_PROMPTS = ('He said: "ça va?" and wrote 日本語 🙂 then', 'Repeat after me: «naïve» “quoted” 🎉🎉 —')
 CACHE_PROBES = 3
 CACHE_PROMPT_TOKENS = 20   # more than a block of 16 (our server's and vLLM's default) is cached
 CACHE_SHARED_TOKENS = 17   # the shared-prefix prompts share this many leading tokens
@@ -162,14 +164,18 @@ def logprobs_row(engine, ctx) -> CheckResult:
     toy = _toy(engine)
     exact = toy is not None
     top = _top_n(engine)
+    as_ids = _ids_as_names(engine)
+    extra = {"extra": as_ids} if as_ids else {}
+    worst = 0.0
     with Timer() as t:
-        runs = [(r, g[0]) for r, g in _runs(engine, _prompts(engine, RUNS_PROMPTS, "logprobs", ctx), ctx, logprobs=top)]
-        tf_reqs = [dict(prompt=_full(r["prompt"], c.ids[:j]), max_tokens=1, temperature=0.0, logprobs=top)
+        runs = [(r, g[0]) for r, g in _runs(engine, _prompts(engine, RUNS_PROMPTS, "logprobs", ctx), ctx,
+                                            logprobs=top, **extra)]
+        tf_reqs = [dict(prompt=_full(r["prompt"], c.ids[:j]), max_tokens=1, temperature=0.0, logprobs=top, **extra)
                    for r, c in runs for j in range(len(c.ids))]
         tf = iter(engine.client.many(tf_reqs, IN_FLIGHT))
     compared = tops = 0
     for k, (r, c) in enumerate(runs):
-        names = _token_names(engine, c.ids)
+        names = [f"token_id:{x}" for x in c.ids] if as_ids else _token_names(engine, c.ids)
         kind = "greedy" if r["temperature"] == 0 else f"seed {r.get('seed')}"
         if c.logprobs is None or len(c.logprobs) != len(c.ids):
             return _fail(name, f"run {k} ({kind}): {len(c.ids)} tokens but "
@@ -185,6 +191,8 @@ def logprobs_row(engine, ctx) -> CheckResult:
                                  run=k, position=j, returned=c.logprobs[j], expected=float(own))
             if names[j] is not None and names[j] in want_top:
                 compared += 1
+                if math.isfinite(c.logprobs[j]) and math.isfinite(want_top[names[j]]):
+                    worst = max(worst, abs(c.logprobs[j] - want_top[names[j]]))
                 if not _same_value(c.logprobs[j], want_top[names[j]], exact):
                     return _fail(name, f"run {k} ({kind}), position {j}: returned logprob {c.logprobs[j]!r} of token "
                                        f"{tok}, teacher-forced {want_top[names[j]]!r} (not {_tol_words(exact)})",
@@ -201,8 +209,25 @@ def logprobs_row(engine, ctx) -> CheckResult:
         return skip(name, "no returned token could be matched to a teacher-forced top entry "
                           "(the server names tokens by text: ask it for return_tokens_as_token_ids)")
     return _pass(name, f"{compared} returned logprobs and {tops} top lists equal the teacher-forced ones "
-                       f"{_tol_words(exact)}" + (" and the toy target's log-softmax" if toy else ""),
-                 len(runs), t, compared=compared, tops=tops)
+                       f"{_tol_words(exact)}" + (" and the toy target's log-softmax" if toy else
+                                                 f" (largest difference {worst:.3g})"),
+                 len(runs), t, compared=compared, tops=tops, max_abs_diff=worst)
+
+
+def _ids_as_names(engine) -> dict | None:
+    """The extra body fields that make the server name tokens "token_id:N" in its logprobs (and still
+    return ids), when it takes them; None when it does not (or names them so already)."""
+    from specverify.server.client import PROBE_PROMPT, Unsupported
+    client = engine.client
+    if engine.support.ids_via == "token_id_strings":
+        return None
+    extra = {**client.extra, "return_tokens_as_token_ids": True}
+    try:
+        got = client.complete(PROBE_PROMPT, max_tokens=1, temperature=0.0, logprobs=1, extra=extra)
+    except Unsupported:
+        return None
+    top = got[0].top[0] if got and got[0].top else {}
+    return extra if top and all(str(k).startswith("token_id:") for k in top) else None
 
 
 # ------------------------------------------------------------------------------ detokenising
@@ -307,12 +332,13 @@ def length_row(engine, ctx) -> CheckResult:
         if engine.vocab is not None and (c.finish_reason != ref.LENGTH or len(c.ids) != cap):
             return _fail(name, f"{what}: a toy model has no EOS, yet {len(c.ids)} tokens and "
                                f"finish_reason {c.finish_reason!r}", len(reqs), t, request=what)
-        if r["temperature"] == 0:
+        if r["temperature"] == 0:        # greedy: the longest run cut at the cap (its EOS, if it stopped, kept)
             full = longest[prompts.index(r["prompt"])]
-            want = ref.finish(full.ids, max_tokens=cap)
-            if want is not None and (c.ids != want.ids or c.finish_reason != want.finish_reason):
+            want_ids, want_reason = ((full.ids[:cap], ref.LENGTH) if cap < len(full.ids)
+                                     else (full.ids, full.finish_reason))
+            if c.ids != want_ids or c.finish_reason != want_reason:
                 return _fail(name, f"{what}: ids {list(c.ids)} / {c.finish_reason!r}, the longest greedy run "
-                                   f"gives {list(want.ids)} / {want.finish_reason!r}", len(reqs), t, request=what)
+                                   f"gives {list(want_ids)} / {want_reason!r}", len(reqs), t, request=what)
         u = resp.usage
         if u is None:
             no_usage += 1
@@ -333,11 +359,14 @@ def length_row(engine, ctx) -> CheckResult:
 
 def stream_row(engine, ctx) -> CheckResult:
     s = engine.support
-    name = f"server.stream[{RUNS_PROMPTS} prompts x greedy/seeded, with and without a stop]"
+    name = f"server.stream[{RUNS_PROMPTS if engine.vocab else RUNS_PROMPTS + len(STREAM_TEXT_PROMPTS)} prompts x " \
+           "greedy/seeded, with and without a stop]"
     if not s["stream"]:
         return skip(name, "the server does not stream (or its greedy stream differs from its answer: see not covered)")
     lp = 1 if s["logprobs"] else None
     prompts = _prompts(engine, RUNS_PROMPTS, "stream", ctx)
+    if engine.vocab is None:             # a real vocabulary: quotes, multi-byte characters, emoji (byte pieces)
+        prompts = list(prompts) + list(STREAM_TEXT_PROMPTS)
     with Timer() as t:
         plain = _runs(engine, prompts, ctx, logprobs=lp, full=True)
         reqs = [r for r, _ in plain]
