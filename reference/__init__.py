@@ -14,6 +14,8 @@ The rules, as pure functions of explicit randomness:
     toy          seeded toy language models (no weights)
     laws         exact laws: the probability of every outcome of a step or a run
     lossy        lossy rules, NOT exact: the oracle states their exact bias
+    serving      downstream of the sampler: the logprob of an emitted token, stop strings, the
+                 length cap and finish reasons, usage, streamed text
 
 The same rules in the forms the battery drives, bit for bit the functions above:
 

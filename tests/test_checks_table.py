@@ -47,5 +47,5 @@ def test_server_checks_run_by_default_only_against_a_server():
         capabilities = {"server"}
 
     assert "server" not in default_checks(Adapter())
-    assert default_checks(Server()) == ["server"]
+    assert default_checks(Server()) == ["server", "serving"]
     assert sorted(default_checks(Adapter()) + default_checks(Server())) == sorted(BATTERY)

@@ -19,7 +19,7 @@ from specverify.battery.deviations import NOT_BITWISE, RANKS_DISAGREE
 
 from . import (acceptance, bitwise, composition, endpoints, engine_acceptance, far_tail, greedy, hostile, identity, joint,
                large_vocab, marginal, processors, rank_agreement, reproducibility, rng_discipline, runs, server,
-               transforms)
+               serving, transforms)
 
 # what a check draws (Check.kind)
 ONE_STEP = "one-step"               # statistical rows of one verify step, on the shared one-step samples
@@ -98,6 +98,8 @@ TABLE = (
     Check("hostile", EXACT, "exact rows on fixed hostile rows; --samples unused", hostile.run, "hostil", law=OUTPUT_LAW),
     Check("server", SERVER, "samples // 20 runs per law row and per arm of spec_vs_plain (at least 500); fixed "
           "prompts and tokens for greedy_bitwise and needle", server.run, "server", law=OUTPUT_LAW),
+    Check("serving", SERVER, "fixed prompts, runs and offsets (about 500 requests); --samples unused", serving.run,
+          "serve", law=OUTPUT_LAW),
 )
 BY_NAME = {c.name: c for c in TABLE}
 NAMES = [c.name for c in TABLE]

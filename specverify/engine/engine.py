@@ -122,6 +122,7 @@ class Request:
     stop_text_end: int | None = None   # text length before the matched stop string
     num_steps: int = 0
     stop_ids: tuple = ()               # EOS (unless ignore_eos) and stop_token_ids: what min_tokens masks
+    cached_tokens: int = 0             # prompt positions served from the prefix cache at admission
 
     @property
     def output(self) -> list:
@@ -136,6 +137,7 @@ class RequestOutput:
     finish_reason: str
     text: str | None = None
     num_steps: int = 0
+    cached_tokens: int = 0             # prompt positions the prefix cache served (the server's usage reports it)
 
 
 class Engine:
@@ -330,7 +332,8 @@ class Engine:
             text = self.detokenize(req.output)
             if req.stop_text_end is not None:
                 text = text[:req.stop_text_end]
-        self.outputs[req.id] = RequestOutput(req.id, req.prompt, req.output, req.finish_reason, text, req.num_steps)
+        self.outputs[req.id] = RequestOutput(req.id, req.prompt, req.output, req.finish_reason, text, req.num_steps,
+                                          req.cached_tokens)
 
     def run(self) -> list:
         """Step until every request is finished; outputs in request-id order."""

@@ -92,7 +92,7 @@ class Scheduler:
                 break
             self.waiting.popleft()
             self.cache.match_prefix(req.kv, req.tokens)
-            req.num_fed = req.kv.num_computed
+            req.num_fed = req.cached_tokens = req.kv.num_computed
             self.running.append(req)
             admitted.append(req)
         return admitted

@@ -103,6 +103,8 @@ class _Choice:
         self.finish_reason = None
         self.text = None
         self.sent = ""
+        self.charged = 0                  # completion tokens the engine charges this choice (usage)
+        self.cached = 0                   # its prompt tokens served from the prefix cache
 
 
 def build_app(model: ServedModel, config: ServeConfig):
@@ -174,6 +176,12 @@ def build_app(model: ServedModel, config: ServeConfig):
         batcher.submit(jobs)
         cid = wire.completion_id()
         prompt_tokens = sum(len(p) for p in prompts)
+        sentinel = 1 if model.toy else 0          # a toy prompt's sentinel is cached with it, but not the user's
+
+        def usage():
+            """Kept ids over every choice; a prompt's cached tokens once (its first choice's)."""
+            cached = sum(max(0, c.cached - sentinel) for c in choices[::req.n])
+            return wire.usage(prompt_tokens, sum(c.charged for c in choices), cached)
 
         def choice_body(c, tokens, entries, text, finish):
             body = {"index": c.index, "text": text, "finish_reason": finish,
@@ -193,13 +201,13 @@ def build_app(model: ServedModel, config: ServeConfig):
                     c.tokens += ev[1]
                     c.entries += ev[2]
                 else:
-                    c.finish_reason, c.text = ev[1], ev[2]
+                    c.finish_reason, c.text, c.charged, c.cached = ev[1], ev[2], ev[3], ev[4]
                     left -= 1
             out = []
             for c in choices:
                 c.sent = c.text
                 out.append(choice_body(c, c.tokens, c.entries, c.text, c.finish_reason))
-            body = wire.envelope(cid, model.name, out, wire.usage(prompt_tokens, sum(len(c.tokens) for c in choices)))
+            body = wire.envelope(cid, model.name, out, usage())
             if req.return_token_ids:
                 body["prompt_token_ids"] = prompts
             return body
@@ -230,11 +238,12 @@ def build_app(model: ServedModel, config: ServeConfig):
                     final = ev[2] if ev[2] is not None else ""
                     delta = final[len(c.sent):]
                     c.sent = final
+                    c.charged, c.cached = ev[3], ev[4]
                     left -= 1
                     yield wire.sse(wire.envelope(cid, model.name, [choice_body(c, [], [], delta, ev[1])]))
             if req.stream_options is not None and req.stream_options.include_usage:
                 yield wire.sse(wire.envelope(cid, model.name, [],
-                                             wire.usage(prompt_tokens, sum(len(c.tokens) for c in choices))))
+                                             usage()))
             yield wire.sse("[DONE]")
 
         return StreamingResponse(events(), media_type="text/event-stream")

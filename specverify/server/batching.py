@@ -6,7 +6,8 @@ queues jobs and wakes the engine thread, which loops:
 
     take every queued job -> engine.add_request (a bad request: an "error" event for that job alone)
     if anything is unfinished: events = engine.step()      (one launch: prefills, decodes, verifies)
-        per event: ("tokens", job, kept ids, their logprobs), and ("done", job, finish_reason, text)
+        per event: ("tokens", job, kept ids, their logprobs), and ("done", job, finish_reason, text,
+                   completion tokens charged = the kept ids, prompt positions the prefix cache served)
     else: sleep until a job arrives
 
 So a request that arrives while others decode is admitted before the next step and shares its launches
@@ -39,7 +40,8 @@ STOP_TIMEOUT_S = 5.0          # how long `stop` waits for the engine thread to e
 @dataclass(eq=False)
 class Job:
     """One completion choice in the engine: `deliver(event)` is called from the engine thread with
-    ("tokens", ids, entries) / ("done", finish_reason, text) / ("error", status, message)."""
+    ("tokens", ids, entries) / ("done", finish_reason, text, tokens charged, prompt positions cached) /
+    ("error", status, message)."""
     prompt: list                      # engine prompt ids (a toy model's sentinel first)
     params: object                    # engine.SamplingParams
     logprobs: int | None              # top entries wanted per token (0: the token's own), None: none
@@ -133,7 +135,13 @@ class Batcher:
             if finished:
                 output = self.engine.outputs.pop(rid)
                 del self.jobs[rid]
-                job.deliver(("done", output.finish_reason, output.text))
+                job.deliver(("done", output.finish_reason, output.text, self._charged(output), output.cached_tokens))
+
+    def _charged(self, output) -> int:
+        """The completion tokens a finished request is charged (usage): its kept ids, unless the engine
+        keeps its own account (`completion_tokens(output)`: only a broken variant does)."""
+        account = getattr(self.engine, "completion_tokens", None)
+        return len(output.token_ids) if account is None else int(account(output))
 
     def _fail_all(self, message: str) -> None:
         for job in self.jobs.values():

@@ -31,6 +31,7 @@ TOKEN_ID_PREFIX = "token_id:"
 PROBE_PROMPT = (1, 2)             # token ids every vocabulary of >= 3 tokens has
 PROBE_TEXT = "Hello"
 PROBE_TOKENS = 8
+SEED_DIFFERS = "two requests with the same seed differ"     # the probe's finding for a seed taken, not honoured
 GRACE_S = 2.0                     # beyond --timeout, before a request that is still receiving is given up
 
 
@@ -50,6 +51,15 @@ class Choice:
     logprobs: tuple | None        # the chosen tokens' logprobs (floats as sent)
     top: tuple | None             # per token {token: logprob} of its top entries
     finish_reason: str | None
+    offsets: tuple | None = None  # per token its text offset (logprobs' text_offset), when sent
+    deltas: tuple | None = None   # a streamed choice: the text of each chunk, in order
+
+
+@dataclass(frozen=True)
+class Response:
+    """A whole completions response: its choices and its usage block (None if it sent none)."""
+    choices: list
+    usage: dict | None
 
 
 @dataclass
@@ -85,7 +95,7 @@ def parse_choices(url: str, body) -> list:
             raise _fail(url, f"not an OpenAI completions choice: {str(c)[:120]!r}")
         ids = c.get("token_ids")
         lp = c.get("logprobs")
-        logprobs = top = None
+        logprobs = top = offsets = None
         if lp is not None:
             if not isinstance(lp, dict) or not isinstance(lp.get("token_logprobs"), list):
                 raise _fail(url, f"malformed logprobs in a choice: {str(lp)[:120]!r}")
@@ -93,6 +103,9 @@ def parse_choices(url: str, body) -> list:
             if not all(isinstance(x, (int, float)) for x in logprobs):
                 raise _fail(url, "logprobs that are not numbers")
             top = tuple(lp.get("top_logprobs") or ()) or None
+            off = lp.get("text_offset")
+            if isinstance(off, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in off):
+                offsets = tuple(off)
             tokens = lp.get("tokens") or []
             if ids is None and tokens and all(isinstance(t, str) and t.startswith(TOKEN_ID_PREFIX) for t in tokens):
                 ids = [int(t[len(TOKEN_ID_PREFIX):]) for t in tokens]
@@ -100,7 +113,8 @@ def parse_choices(url: str, body) -> list:
             if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
                 raise _fail(url, f"token_ids that are not a list of integers: {str(ids)[:120]!r}")
             ids = tuple(ids)
-        out.append(Choice(int(c.get("index", 0)), c.get("text", ""), ids, logprobs, top, c.get("finish_reason")))
+        out.append(Choice(int(c.get("index", 0)), c.get("text", ""), ids, logprobs, top, c.get("finish_reason"),
+                          offsets))
     return sorted(out, key=lambda c: c.index)
 
 
@@ -180,8 +194,9 @@ class ServerClient:
 
     def complete(self, prompt, *, max_tokens: int, temperature: float = 1.0, n: int = 1, seed: int | None = None,
                  logprobs: int | None = None, stop=None, top_p: float | None = None, top_k: int | None = None,
-                 stream: bool = False, extra: dict | None = None) -> list:
-        """One completion request; its choices (`Choice`), in index order. Unsupported on a 4xx."""
+                 stream: bool = False, extra: dict | None = None, full: bool = False):
+        """One completion request; its choices (`Choice`), in index order. Unsupported on a 4xx.
+        `full`: a `Response` (choices and usage; a stream then asks for its usage chunk)."""
         kw = dict(model=self.model, prompt=list(prompt) if not isinstance(prompt, str) else prompt,
                   max_tokens=max_tokens, temperature=temperature)
         for name, value in (("n", n if n != 1 else None), ("seed", seed), ("logprobs", logprobs), ("stop", stop),
@@ -194,7 +209,10 @@ class ServerClient:
         if body:
             kw["extra_body"] = body
         if stream:
-            return self._stream(kw)
+            if full:
+                kw["stream_options"] = {"include_usage": True}
+            got = self._stream(kw)
+            return got if full else got.choices
         raw = self._call(lambda: self.client.completions.with_raw_response.create(**kw))
         try:
             data = raw.http_response.json()
@@ -204,17 +222,21 @@ class ServerClient:
         want = n * (1 if isinstance(prompt, str) or not prompt or isinstance(prompt[0], int) else len(prompt))
         if len(choices) != want:
             raise _fail(self.url, f"asked for {want} choices, got {len(choices)}")
-        return choices
+        return Response(choices, _usage(data.get("usage"))) if full else choices
 
-    def _stream(self, kw) -> list:
+    def _stream(self, kw) -> Response:
         def run():
             acc: dict = {}
+            use = None
             for chunk in self.client.completions.create(stream=True, **kw):
                 data = chunk.model_dump() if hasattr(chunk, "model_dump") else chunk
+                if isinstance(data, dict) and data.get("usage"):
+                    use = _usage(data["usage"])
                 for c in parse_choices(self.url, data if isinstance(data, dict) else {}):
                     a = acc.setdefault(c.index, {"text": "", "ids": [], "lp": [], "top": [], "finish": None,
-                                                 "has_ids": False, "has_lp": False})
+                                                 "has_ids": False, "has_lp": False, "deltas": []})
                     a["text"] += c.text
+                    a["deltas"].append(c.text)
                     if c.ids is not None:
                         a["ids"] += c.ids
                         a["has_ids"] = True
@@ -223,9 +245,10 @@ class ServerClient:
                         a["top"] += list(c.top or ())
                         a["has_lp"] = True
                     a["finish"] = c.finish_reason or a["finish"]
-            return [Choice(i, a["text"], tuple(a["ids"]) if a["has_ids"] else None,
-                           tuple(a["lp"]) if a["has_lp"] else None, tuple(a["top"]) or None, a["finish"])
-                    for i, a in sorted(acc.items())]
+            return Response([Choice(i, a["text"], tuple(a["ids"]) if a["has_ids"] else None,
+                                    tuple(a["lp"]) if a["has_lp"] else None, tuple(a["top"]) or None, a["finish"],
+                                    deltas=tuple(a["deltas"]))
+                             for i, a in sorted(acc.items())], use)
         return self._call(run)
 
     # -- many requests -------------------------------------------------------------------------------
@@ -302,7 +325,7 @@ class ServerClient:
                 "no logprobs in the choices")
         feature("seed", lambda: _same(self.complete(prompt, max_tokens=PROBE_TOKENS, seed=1234),
                                       self.complete(prompt, max_tokens=PROBE_TOKENS, seed=1234)),
-                "two requests with the same seed differ")
+                SEED_DIFFERS)
         # n at temperature 1: a server may refuse n > 1 when greedy (vLLM: "n must be 1 when using greedy sampling")
         feature("n", lambda: len(self.complete(prompt, n=2, max_tokens=PROBE_TOKENS, temperature=1.0)) == 2,
                 "n=2 did not give 2 choices")
@@ -341,6 +364,21 @@ class ServerClient:
                 s.features["token_ids"] = True
                 return
         s.features["token_ids"], s.why["token_ids"] = False, "returns no token ids (compared as text)"
+
+
+def _usage(block) -> dict | None:
+    """A usage block's three counts as ints (and "cached_tokens" when the server reports
+    prompt_tokens_details.cached_tokens), or None when the server sent none (or not numbers)."""
+    if not isinstance(block, dict):
+        return None
+    out = {k: block.get(k) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in out.values()):
+        return None
+    details = block.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if isinstance(cached, int) and not isinstance(cached, bool):
+        out["cached_tokens"] = cached          # prompt tokens the server's prefix cache served
+    return out
 
 
 def _message(exc) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-VARIANT_NAMES = ("exact", "recovered-from-p")     # `variants.VARIANTS`, in this order
+VARIANT_NAMES = ("exact", "recovered-from-p", "stop-per-step", "cap-crossed", "usage-charges-drafts",
+                 "logprobs-from-draft", "stream-last-token", "seed-offset-by-steps")   # `variants.VARIANTS`, in order
 
 
 @dataclass(frozen=True)

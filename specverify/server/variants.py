@@ -8,9 +8,26 @@ correct server must pass and of a broken one must fail). Never use a broken vari
                        residual max(0, p - q) (or p without the draft for a deterministic draft): the
                        accepted drafts then come out too often -- the output law is biased whenever the
                        draft disagrees with the target
+
+The serving-path variants (../shared/BUGCLASSES.md, "The serving path"; zoo numbers 45-50, run by
+tests/test_serving.py against the rows of `checks/serving.py`, not by `specverify zoo`):
+
+    stop-per-step          stop strings matched once a step, not per token: the text is cut at the
+                           match, the ids (and logprobs) past it in the step are kept      -> server.stop
+    cap-crossed            drafts not capped by the tokens left, the cap checked once a step: an
+                           accepted run crosses max_tokens                                 -> server.length
+    usage-charges-drafts   usage charges every drafted token of a step plus one            -> server.length
+    logprobs-from-draft    an accepted draft's logprob read from the draft's row q         -> server.logprobs
+    stream-last-token      a step's event carries only its last token (one token a step
+                           assumed): the deltas and the ids gathered from them lose the rest -> server.stream
+    seed-offset-by-steps   a seeded request's generator offset by the engine's step count  -> server.seeds
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
 
 from specverify.engine.engine import Engine
 from specverify.engine.sampler import draw
@@ -48,5 +65,139 @@ class RecoveredFromP(Engine):
         return emitted, m
 
 
-VARIANTS = {"exact": Engine, "recovered-from-p": RecoveredFromP}
+class StopPerStep(Engine):
+    """(45) Stop strings matched per step, not per token (vllm-project/vllm PR #47616, sgl-project/sglang
+    PR #23802, snowflakedb/ArcticInference #161, microsoft/onnxruntime-genai PR #2528): the whole
+    accepted run is appended, then the text is searched once -- the text is cut at the match, but the
+    ids and logprobs of the step's tokens after the completing one are kept."""
+
+    def _append(self, req, emitted, rows) -> list:
+        kept = []
+        p = req.params
+        for j, tok in enumerate(emitted):
+            req.tokens.append(tok)
+            kept.append(tok)
+            if self.record_logits is not None:
+                self.record_logits(req.id, len(req.output) - 1, rows[j])
+            if tok in p.stop_token_ids or (tok == self.eos_token_id and not p.ignore_eos):
+                req.finished, req.finish_reason = True, "stop"
+            elif len(req.output) >= p.max_tokens:
+                req.finished, req.finish_reason = True, "length"
+            if req.finished:
+                break
+        if p.stop and self._stop_string(req):        # BUG (on purpose): once a step
+            req.finished, req.finish_reason = True, "stop"
+        return kept
+
+
+class CapCrossed(Engine):
+    """(46) The length cap crossed by an accepted run (sgl-project/sglang #31599 / PR #33758): drafts
+    are not limited to the tokens left and the cap is checked once a step, so a step that starts below
+    max_tokens returns every token it accepted."""
+
+    def _num_drafts(self, req, kappa: int) -> int:
+        if len(req.tokens) - req.num_fed > 1:
+            return 0
+        return kappa if req.params.kappa is None else min(kappa, req.params.kappa)    # BUG: no tokens-left cap
+
+    def _append(self, req, emitted, rows) -> list:
+        kept = []
+        p = req.params
+        for j, tok in enumerate(emitted):
+            req.tokens.append(tok)
+            kept.append(tok)
+            if self.record_logits is not None:
+                self.record_logits(req.id, len(req.output) - 1, rows[j])
+            if tok in p.stop_token_ids or (tok == self.eos_token_id and not p.ignore_eos):
+                req.finished, req.finish_reason = True, "stop"
+            elif p.stop and self._stop_string(req):
+                req.finished, req.finish_reason = True, "stop"
+            if req.finished:
+                break
+        if not req.finished and len(req.output) >= p.max_tokens:    # BUG (on purpose): once a step
+            req.finished, req.finish_reason = True, "length"
+        return kept
+
+
+class UsageChargesDrafts(Engine):
+    """(47) Usage charges the whole block (sgl-project/sglang #39826, ik_llama.cpp PR #2358): a step
+    adds its drafted tokens plus one to the request's completion tokens, rejected drafts included."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.charged: dict = {}
+
+    def _accept(self, req, rows, drafts, q_rows, p_rows):
+        self.charged[req.id] = self.charged.get(req.id, 0) + len(drafts) + 1      # BUG: the block
+        return super()._accept(req, rows, drafts, q_rows, p_rows)
+
+    def completion_tokens(self, output) -> int:
+        return self.charged.pop(output.request_id, len(output.token_ids))
+
+
+class LogprobsFromDraft(Engine):
+    """(48) Logprobs read from the wrong tensor (vllm-project/vllm PRs #30846, #33391, #44727): an
+    accepted draft's logprob is taken from the draft's row q (log q; a deterministic draft: one-hot),
+    not from the target's row it was verified against. Tokens and text stay exact."""
+
+    def _accept(self, req, rows, drafts, q_rows, p_rows):
+        emitted, m = super()._accept(req, rows, drafts, q_rows, p_rows)
+        req.draft_rows = [(q_rows[i] if q_rows is not None else _one_hot(drafts[i], rows.shape[-1]))
+                          for i in range(m)]
+        return emitted, m
+
+    def _append(self, req, emitted, rows) -> list:
+        swapped = list(rows)
+        for j, q in enumerate(getattr(req, "draft_rows", ())):
+            with np.errstate(divide="ignore"):
+                swapped[j] = np.log(np.asarray(q, np.float64))              # BUG (on purpose): the draft's row
+        return super()._append(req, emitted, swapped)
+
+
+def _one_hot(token: int, vocab: int) -> np.ndarray:
+    row = np.zeros(vocab)
+    row[int(token)] = 1.0
+    return row
+
+
+class StreamLastToken(Engine):
+    """(49) A streaming delta that assumes one token a step (vllm-project/vllm PR #26027, #52469;
+    alibaba/rtp-llm PR #1285): each step's event carries only the last token it kept, so a stream (and
+    the ids a client gathers from the events) loses the others; the final text is whole."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.send_row, self.record_logits = self.record_logits, self._buffer
+        self.rows: dict = {}              # rid -> [row of each token kept this step]
+        self.delivered: dict = {}         # rid -> tokens delivered so far
+
+    def _buffer(self, rid, index, row) -> None:
+        self.rows.setdefault(rid, []).append(row)
+
+    def step(self) -> list:
+        events = []
+        for rid, kept, finished in super().step():
+            rows = self.rows.pop(rid, [])
+            if kept and self.send_row is not None:     # the delivered token's row, at its delivered index
+                self.send_row(rid, self.delivered.get(rid, 0), rows[-1])
+            self.delivered[rid] = self.delivered.get(rid, 0) + (1 if kept else 0)
+            events.append((rid, kept[-1:], finished))      # BUG (on purpose): the last token only
+        return events
+
+
+class SeedOffsetBySteps(Engine):
+    """(50) A seeded request's generator offset by the engine's step count (NVIDIA/TensorRT-LLM PRs
+    #17599, #17172: per-request generators at an offset that depends on what the engine ran before):
+    the same seeded request gives other tokens after other traffic."""
+
+    def add_request(self, prompt_ids, params=None, request_id=None) -> int:
+        if params is not None and params.seed is not None:
+            params = replace(params, seed=(params.seed + self.metrics.num_steps) % 2**63)     # BUG
+        return super().add_request(prompt_ids, params, request_id)
+
+
+VARIANTS = {"exact": Engine, "recovered-from-p": RecoveredFromP, "stop-per-step": StopPerStep,
+            "cap-crossed": CapCrossed, "usage-charges-drafts": UsageChargesDrafts,
+            "logprobs-from-draft": LogprobsFromDraft, "stream-last-token": StreamLastToken,
+            "seed-offset-by-steps": SeedOffsetBySteps}
 assert tuple(VARIANTS) == VARIANT_NAMES

@@ -11,7 +11,7 @@ gives `n` choices, choice index = prompt index * n + i (OpenAI's order).
 
 Response: {"id", "object": "text_completion", "created", "model", "choices": [{"index", "text",
 "logprobs", "finish_reason", ["token_ids"]}], "usage": {"prompt_tokens", "completion_tokens",
-"total_tokens"}}; logprobs in the legacy completions layout {"tokens", "token_logprobs",
+"total_tokens", "prompt_tokens_details": {"cached_tokens"}}}; logprobs in the legacy completions layout {"tokens", "token_logprobs",
 "top_logprobs", "text_offset"}. Streaming: the same choices as "data: {json}" server-sent events with
 the text and logprobs of the new tokens, a last chunk with usage when stream_options.include_usage,
 then "data: [DONE]". Errors: {"error": {"message", "type", "code"}} with the HTTP status.
@@ -108,9 +108,14 @@ def logprobs_block(tokens: list, entries: list, piece, as_ids: bool, offset: int
     return out
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> dict:
+    """The usage block; `cached_tokens` (prompt tokens the prefix cache served) as OpenAI's
+    prompt_tokens_details.cached_tokens."""
+    out = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+           "total_tokens": prompt_tokens + completion_tokens}
+    if cached_tokens is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": int(cached_tokens)}
+    return out
 
 
 def envelope(cid: str, model: str, choices: list, use: dict | None = None) -> dict:

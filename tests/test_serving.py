@@ -1,0 +1,143 @@
+"""The serving path at the server level (`checks/serving.py`): the rows pass on our reference server and
+each catches the broken variant meant for it (`server/variants.py`, numbers 45-50).
+
+Servers: child processes bound to 127.0.0.1 on a free port (the helpers of tests/test_server.py: the
+URL from --ready-file, STARTUP_S to come up, always reaped), one per variant, started together once for
+the module. Every row here is exact (a comparison, not a test) except server.seeds.n_independent,
+a chi-squared test of independence: on the exact server its p-value is printed into the row and its
+false-alarm probability is the audit's alpha (1e-3 here); it is deterministic at these fixed seeds.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+pytest.importorskip("openai")
+
+from test_server import _reap, _start, _wait  # noqa: E402
+
+STARTUP_S = 120.0
+VARIANTS = {           # variant -> the row meant to catch it
+    "stop-per-step": "server.stop",
+    "cap-crossed": "server.length",
+    "usage-charges-drafts": "server.length",
+    "logprobs-from-draft": "server.logprobs",
+    "stream-last-token": "server.stream",
+    "seed-offset-by-steps": "server.seeds",
+}
+
+
+@pytest.fixture(scope="module")
+def urls(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("serving")
+    started = {"exact": _start(tmp, "exact", "--spec", "draft")}
+    for v in VARIANTS:
+        started[v] = _start(tmp, v, "--spec", "draft", "--variant", v)
+    try:
+        deadline = time.monotonic() + STARTUP_S
+        yield {k: _wait(p, r, deadline) for k, (p, r, _) in started.items()}
+    finally:
+        _reap([p for p, _, _ in started.values()])
+        for _, _, log in started.values():
+            log.close()
+        assert all(p.poll() is not None for p, _, _ in started.values())
+
+
+def _engine(url):
+    from specverify.server.audit import ServerEngine
+    from specverify.server.client import ServerClient
+    return ServerEngine(ServerClient(url, None, 60.0), None)
+
+
+def _rows(url, row):
+    from specverify.battery.base import Context
+    from specverify.checks import serving
+    fn = {"server.logprobs": serving.logprobs_row, "server.stop": serving.stop_row,
+          "server.length": serving.length_row, "server.stream": serving.stream_row,
+          "server.seeds": serving.seeds_rows}[row]
+    got = fn(_engine(url), Context())
+    return got if isinstance(got, list) else [got]
+
+
+def test_the_reference_server_passes_every_serving_row(urls):
+    from specverify.audit import prepare
+    result = prepare(urls["exact"], {"checks": ["serving"], "timeout": 60.0, "alpha": 1e-3}).run()
+    verdicts = {r.name.split("[")[0]: r.verdict for r in result.checks}
+    assert verdicts == {"server.logprobs": "pass", "server.stop": "pass", "server.length": "pass",
+                        "server.stream": "pass", "server.seeds": "pass", "server.seeds.n_independent": "pass",
+                        "server.prefix_cache": "pass"}, \
+        [(r.name, r.detail) for r in result.checks if r.verdict != "pass"]
+    assert result.verdict == "pass" and not result.not_covered
+    by = {r.name.split("[")[0]: r for r in result.checks}
+    assert "bit for bit" in by["server.logprobs"].detail and "toy target" in by["server.logprobs"].detail
+    assert by["server.logprobs"].data["compared"] >= 80
+    assert len(by["server.stop"].data["positions"]) >= 10          # stops completed all along the runs
+    assert by["server.seeds.n_independent"].p_value > 1e-3
+    assert by["server.prefix_cache"].data["cached_cold"] == 0 and min(by["server.prefix_cache"].data["cached_warm"]) > 0
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_each_broken_variant_is_caught_by_its_row(urls, variant):
+    rows = _rows(urls[variant], VARIANTS[variant])
+    assert rows[0].verdict == "fail" and rows[0].exact, rows[0].detail
+
+
+
+# ------------------------------------------------------------------------------ the prefix-cache row can fail
+
+
+class _Scripted:
+    """A client answering from `answer(request, count)` (count: how often this prompt was sent before)."""
+
+    def __init__(self, answer):
+        from specverify.server.client import Support
+        self.answer, self.seen, self.model, self.url = answer, {}, "m", "stub"
+        self.support = Support(features={k: True for k in ("token_id_prompts", "token_ids", "logprobs", "seed", "n",
+                                                           "n_seeded_distinct", "stop", "top_k", "stream")})
+
+    def probe(self):
+        return self.support
+
+    def many(self, requests, in_flight=16):
+        out = []
+        for r in requests:
+            key = (tuple(r["prompt"]), r["temperature"])
+            count = self.seen.get(key, 0)
+            self.seen[key] = count + 1
+            out.append(self.answer(r, count))
+        return out
+
+
+def _prefix_row(answer):
+    from specverify.battery.base import Context
+    from specverify.checks.serving import prefix_cache_row
+    engine = type("StubEngine", (), {})()
+    engine.client = _Scripted(answer)
+    engine.support, engine.vocab = engine.client.support, None
+    return prefix_cache_row(engine, Context())
+
+
+def _resp(ids, cached):
+    from specverify.server.client import Choice, Response
+    usage = {"prompt_tokens": 20, "completion_tokens": len(ids), "total_tokens": 20 + len(ids)}
+    if cached is not None:
+        usage["cached_tokens"] = cached
+    return Response([Choice(0, "", tuple(ids), tuple(-1.0 for _ in ids), None, "length")], usage)
+
+
+def test_prefix_cache_row_fails_when_a_warm_request_differs():
+    row = _prefix_row(lambda r, count: _resp([1, 2, 3] if count == 0 else [1, 2, 4], 16 * count))
+    assert row.verdict == "fail" and "cold vs warm" in row.detail
+
+
+def test_prefix_cache_row_is_no_pass_when_the_cache_was_not_seen_hit():
+    row = _prefix_row(lambda r, count: _resp([1, 2, 3], None))          # no cached_tokens reported
+    assert row.verdict == "skip" and "does not report cache hits" in row.detail
+    row = _prefix_row(lambda r, count: _resp([1, 2, 3], 0))             # reported, never hit
+    assert row.verdict == "skip" and "not exercised" in row.detail
+    row = _prefix_row(lambda r, count: _resp([1, 2, 3], 16 * count))   # hit: a pass
+    assert row.verdict == "pass"
