@@ -43,16 +43,31 @@ def run_rows(target, draft, law, prompts, *, n: int, length: int, kappa: int, te
     from specverify.engine.api import RunOptions, SpecOptions, generate
     from specverify.engine.engine import SamplingParams
 
+    def sample(prompt, i):
+        out = generate(target, draft, [list(prompt)] * n,
+                       sampling=SamplingParams(temperature=temperature, max_tokens=length, ignore_eos=True),
+                       spec=SpecOptions("draft", kappa=kappa), run=RunOptions(backend=backend, seed=seed + i,
+                                                                             max_batch_size=n))
+        return np.asarray(out.tokens, np.int64)                        # [n, length]
+
+    return law_rows(sample, law, prompts, n=n, length=length, temperature=temperature,
+                    label=f"{label},kappa={kappa}")
+
+
+def law_rows(sample, law, prompts, *, n: int, length: int, temperature: float = 1.0, label: str = "sliding",
+             alpha: float = ALPHA) -> list[CheckResult]:
+    """One row `engine.runs[<label>,P=..,L=..]` per prompt: `sample(prompt, i)` -> int64 [n, length], the
+    runs of any engine from prompt i, against `law` (a float64 TabulatedModel) at `temperature`."""
     transform = Transform(temperature=temperature)
     rows = []
     for i, prompt in enumerate(prompts):
-        name = f"engine.runs[{label},P={len(prompt)},L={length},kappa={kappa}]"
+        name = f"engine.runs[{label},P={len(prompt)},L={length}]"
         with Timer() as t:
-            out = generate(target, draft, [list(prompt)] * n,
-                           sampling=SamplingParams(temperature=temperature, max_tokens=length, ignore_eos=True),
-                           spec=SpecOptions("draft", kappa=kappa), run=RunOptions(backend=backend, seed=seed + i,
-                                                                                 max_batch_size=n))
-        samples = np.asarray(out.tokens, np.int64)                     # [n, length]
+            samples = np.asarray(sample(prompt, i), np.int64)
+        if samples.shape != (n, length):
+            rows.append(CheckResult(name, FAIL, n=n, exact=True, seconds=t.seconds,
+                                    detail=f"the engine returned runs of shape {samples.shape}, asked for {(n, length)}"))
+            continue
         exact = laws.target_law(laws.Transformed(law, transform), prompt, length)
         codes = encode(samples, law.vocab_size)
         try:
@@ -61,11 +76,11 @@ def run_rows(target, draft, law, prompts, *, n: int, length: int, kappa: int, te
             rows.append(CheckResult(name, FAIL, n=n, exact=True, seconds=t.seconds,
                                     detail="a run has exact probability 0"))
             continue
-        res = stats.pearson(counts, exact.probs, alpha=ALPHA, min_expected=MIN_EXPECTED)
-        tv = stats.min_detectable_tv(n, res.dof, alpha=ALPHA)
-        verdict = PASS if res.p_value >= ALPHA else FAIL
+        res = stats.pearson(counts, exact.probs, alpha=alpha, min_expected=MIN_EXPECTED)
+        tv = stats.min_detectable_tv(n, res.dof, alpha=alpha)
+        verdict = PASS if res.p_value >= alpha else FAIL
         rows.append(CheckResult(name, verdict, statistic=res.statistic, p_value=res.p_value, dof=res.dof, n=n,
                                 min_detectable_tv=tv, seconds=t.seconds,
                                 detail=f"{len(exact.probs)} sequences in {res.cells} cells, p = {res.p_value:.3g} "
-                                       f"at alpha {ALPHA} (detects TV >= {tv:.3f} with probability 0.99)"))
+                                       f"at alpha {alpha} (detects TV >= {tv:.3f} with probability 0.99)"))
     return rows

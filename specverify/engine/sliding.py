@@ -143,14 +143,25 @@ class SlidingLlama(Llama):
         keys = pos[:, None] - n_keys[:, None] + 1 + np.arange(W)[None, :]      # [T, W] key positions, in order
         valid = np.arange(W)[None, :] < n_keys[:, None]
         keys = np.where(valid, keys, pos[:, None])                              # padding: never read
-        index = np.where(keys >= start[:, None], cache.num_blocks * R + r0[:, None] + (keys - start[:, None]),
+        index = np.where(self._from_step(keys, pos, start), cache.num_blocks * R + r0[:, None] + (keys - start[:, None]),
                          ring[:, None] * R + keys % R)
         last = (cu[1:] - 1)[req]                                                # [T] the request's last row
         store = np.arange(pos.shape[0]) > last - R                              # its last R new positions
         return torch.from_numpy(index), torch.from_numpy(n_keys), torch.from_numpy(np.flatnonzero(store))
 
+    @staticmethod
+    def _from_step(keys: np.ndarray, pos: np.ndarray, start: np.ndarray) -> np.ndarray:
+        """Which keys [T, W] a query reads from the step's fresh K/V (the others from the ring): the
+        positions of the step, its own and the chunk's earlier ones (pos [T], start [T] its request's first)."""
+        return keys >= start[:, None]
+
     @torch.inference_mode()
     def forward(self, batch: StepBatch, cache: RingKVCache) -> torch.Tensor:
+        return self._forward(batch, cache)
+
+    def _forward(self, batch: StepBatch, cache: RingKVCache, before_attention=None) -> torch.Tensor:
+        """The step's logits rows [R, V]; `before_attention(i, x, batch, cache)` -> x, when given, runs at
+        the start of layer i (a hybrid model's recurrence, `engine.hybrid`)."""
         c, be = self.config, self.backend
         T, Hq, Hkv, Dh, W = batch.num_tokens, c.n_heads, c.n_kv_heads, c.head_dim, self.window
         scale = Dh ** -0.5
@@ -161,6 +172,8 @@ class SlidingLlama(Llama):
         x = embedding_rows(self.tok_embeddings, batch.token_ids)                  # [T, D]
         for i in range(self.n_layers):
             w = self.layers[i]
+            if before_attention is not None:
+                x = before_attention(i, x, batch, cache)
             h = be.rms_norm(x, w.attn_norm, c.norm_eps)
             qkv = be.linear(h, w.wqkv)                                            # [T, (Hq+2Hkv)*Dh]
             qk = be.rotary(qkv[:, :(Hq + Hkv) * Dh].reshape(T, Hq + Hkv, Dh), batch.positions, c.rope_theta)

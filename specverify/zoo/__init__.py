@@ -32,6 +32,7 @@ from specverify.errors import InputError
 
 from . import acceptance, endpoints, engine_loop, greedy, processors, ranks, residual, seeded, tail  # noqa: F401 (they register)
 from . import precision, tiles  # noqa: F401 (they register: the draw at real vocabulary sizes)
+from . import state  # noqa: F401 (they register: our engine's ring buffer and recurrent state, bitwise level)
 from .registry import CATALOGUE
 
 _ORDER = sorted(CATALOGUE, key=lambda name: CATALOGUE[name].number)
