@@ -185,12 +185,12 @@ def test_the_checks_catch_a_launch_wide_scale_and_a_dropped_minimum(q8):
     assert not a.ok
 
 
-def test_triton_q8_kernel_is_invariant_and_equals_the_numba_kernel_when_interpreted(q8):
+@pytest.mark.parametrize("shape", OPS["linear_q8"].small, ids=lambda s: s.args["quant"])
+def test_triton_q8_kernel_is_invariant_and_equals_the_numba_kernel_when_interpreted(q8, shape):
     from specverify.kernels.triton_common import interpreting
     if not interpreting():
         pytest.skip("needs TRITON_INTERPRET=1 (the GPU script runs the compiled kernel)")
     tri = get_backend("triton")
-    shape = OPS["linear_q8"].small[0]
     r = invariance.check(tri, "linear_q8", sizes=(1, 2, 5, 16, 17), **shape.args)        # both edges of a 16-row tile
     assert r.ok, r.first
     case = OPS["linear_q8"].case(0, **shape.args)
