@@ -5,11 +5,11 @@ same inputs and the largest |y - ref| the op may show elementwise. u = unit roun
 output dtype, u32 = 2^-24 (the fp32 accumulation), tiny = half a subnormal step of the dtype:
 
     linear     gamma_K |x| |w|^T + u |ref| + tiny          gamma_K = K u32 / (1 - K u32)
-    linear_q8  (Q4_1 w; ref = the float64 product of the UNquantised x and the dequantized w)
+    linear_q8  (Q4_1 or Q8_0 w; ref = the float64 product of the UNquantised x and the dequantized w)
                sum_k h dx_b(k) |w_k|                          x rounded to 8-bit blocks, h = 0.5 + 2^-12
              + u32 sum_k |w_k| xh_k + gamma_(nb+3) sum_k (|d q_k| + |m|) xh_k + tiny
                                                              xh_k = |x_k| + h dx_b(k), nb = K / 32
-               (any other weight: linear's bound)
+               (Q8_0: m = 0; an fp32 weight: linear's bound)
     rms_norm   ((D + 8) u32 + 2u) |ref| + tiny
     softmax    (8 + |x - max|) u32 ref          log_softmax  8 u32 (|x - max| + |log sum|)
     silu_mul   (8 u32 + u) |ref| + tiny
@@ -55,8 +55,8 @@ def linear_q8(x, w):
     """Float64 x @ w.T of the unquantised x and the bound of `linear_q8` (module docstring): the
     error of rounding x to 8-bit blocks, then the fp32 rounding of the per-block combination
     (d dx) isum + m sx and of the sum over blocks."""
-    from .quant import BLOCK, Q4_1, QMAX, QuantizedWeight
-    if not (isinstance(w, QuantizedWeight) and w.kind == Q4_1):
+    from .quant import BLOCK, QMAX, QuantizedWeight
+    if not isinstance(w, QuantizedWeight):
         return linear(x, w)
     xd, wd = f64(x), f64(w)
     ref = xd @ wd.T
@@ -64,8 +64,10 @@ def linear_q8(x, w):
     nb = k // BLOCK
     dx = np.repeat(np.abs(xd).reshape(m, nb, BLOCK).max(-1) / QMAX, BLOCK, axis=1)       # [M, K]
     xh = np.abs(xd) + QUANT_HALF * dx
-    a = (np.abs(w.q().astype(np.float64).reshape(w.n, nb, BLOCK) * w.d[:, :, None])
-         + np.abs(w.m)[:, :, None]).reshape(w.n, k)                                      # |d q| + |m|
+    a = np.abs(w.q().astype(np.float64).reshape(w.n, nb, BLOCK) * w.d[:, :, None])       # |d q|
+    if w.m is not None:
+        a = a + np.abs(w.m)[:, :, None]                                                  # + |m| (Q4_1)
+    a = a.reshape(w.n, k)
     gamma = (nb + 3) * U32 / (1 - (nb + 3) * U32)
     bound = QUANT_HALF * (dx @ np.abs(wd).T) + U32 * (xh @ np.abs(wd).T) + gamma * (xh @ a.T) + TINY[x.dtype]
     return ref, bound

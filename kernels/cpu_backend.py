@@ -20,10 +20,11 @@ Using it efficiently (what the engine should know):
   * A `QuantizedWeight` (GGUF Q4_1 / Q8_0 blocks) goes to `cpu_linear_q`, which dequantizes in
     registers and sums in `cpu_linear`'s order: the same bits as the fp32-dequantized matrix, from
     a panel layout (built once, kept on the weight) of 0.75 / 1.125 bytes per weight.
-  * "invariant-q8" is this backend with `activations="q8"`: `linear` on a Q4_1 weight quantises
-    each row of x to 8-bit blocks and takes integer dot products (`cpu_linear_q8`): faster, still
-    batch-invariant, but NOT the fp32 path's logits (x is rounded to 8 bits per block). The
-    method `linear_q8` is that kernel on every backend, whatever `activations` says.
+  * "invariant-q8" is this backend with `activations="q8"`: `linear` on a Q4_1 or Q8_0 weight
+    quantises each row of x to 8-bit blocks and takes exact integer dot products
+    (`cpu_linear_q8`, its own k-pair panel layout): faster, still batch-invariant, but NOT the
+    fp32 path's logits (x is rounded to 8 bits per block). The method `linear_q8` is that kernel
+    on every backend, whatever `activations` says.
   * A (kappa+1)-row verify step reads each weight once, like a decode step (the micro-kernel
     handles ROW_BLOCK = 4 rows per pass over a cached panel), so it costs far less than kappa+1
     decode steps.
@@ -117,15 +118,15 @@ class InvariantBackend:
         return self._linear(x, weight, cpu_linear_q)
 
     def linear_q8(self, x, weight):
-        """x @ weight.T with x rounded to 8-bit blocks when weight is Q4_1 (`cpu_linear_q8`);
-        any other weight: `linear`'s exact kernels."""
+        """x @ weight.T with x rounded to 8-bit blocks when weight is GGUF-quantized (Q4_1 or Q8_0:
+        `cpu_linear_q8`); an fp32 weight: `linear`'s exact kernel."""
         return self._linear(x, weight, cpu_linear_q8)
 
     def _linear(self, x, weight, quantized_kernel):
         import torch
         if isinstance(weight, QuantizedWeight):
             n = weight.n
-            panels = weight.packed("cpu", lambda: cpu_linear_q.pack(weight))
+            panels = weight.packed(quantized_kernel.PACK_KEY, lambda: quantized_kernel.pack(weight))
             y = quantized_kernel.linear(_f32(_rows(x)), panels, n, weight.k, self.parallel)
         else:
             packed = weight if isinstance(weight, PackedLinearWeight) else self._lookup(weight)

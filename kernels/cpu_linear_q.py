@@ -44,6 +44,8 @@ from .quant import BLOCK, Q4_1, Q8_0, QuantizedWeight
 
 PANEL_N = 32
 ROW_BLOCK = 4
+PACK_KEY = "cpu"
+"""The key `pack`'s layout is kept under on a QuantizedWeight (`QuantizedWeight.packed`)."""
 _ACC_SIZE = ROW_BLOCK * PANEL_N
 _HALF = BLOCK // 2
 _LOW = np.uint8(0x0F)

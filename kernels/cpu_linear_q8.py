@@ -1,16 +1,12 @@
-"""Batch-invariant CPU linear on GGUF Q4_1 blocks with 8-bit activations (numba): y[M, N] ~ x[M, K]
-@ W[N, K].T with W in Q4_1 blocks (`kernels/quant.py`), each row of x first quantised to int8
-blocks of 32 (`quantize_rows`), then integer dot products per block.
-
-Q8_0 weights (SmolLM2's tied head) go to the exact kernel `cpu_linear_q` unchanged (x not
-quantised): integer Q8_0 kernels written the same way measured slower than the exact one here
-(int32 lanes 6-25x slower: LLVM left the int32 accumulation scalar; int16 pairs 6x; each weight
-split into two signed nibbles on int16 lanes 0.33x at the head's shape, 0.87x at 576 -> 3072), so
-on this path only the 210 Q4_1 matrices take 8-bit activations.
+"""Batch-invariant CPU linear on GGUF Q4_1 and Q8_0 blocks with 8-bit activations (numba):
+y[M, N] ~ x[M, K] @ W[N, K].T, each row of x first quantised to int8 blocks of 32
+(`quantize_rows`), then exact integer dot products per block (`cpu_intdot`), as llama.cpp does
+with the same file. Both of SmolLM2's block types take this route: the 210 Q4_1 matrices and the
+Q8_0 tied head (the step's largest matrix).
 
 This is the "q8" variant of `cpu_linear_q`: it is NOT the fp32-dequantized product (x is rounded
-to 8 bits per block first, as llama.cpp does on the same file), so its logits differ from the fp32
-path's (docs/kernels.md states the measured difference). What it keeps is batch invariance.
+to 8 bits per block first), so its logits differ from the fp32 path's (docs/kernels.md states
+the measured difference). What it keeps is batch invariance.
 
 Activation quantisation, per row m and block b (k = 32 b .. 32 b + 31), all fp32:
 
@@ -25,21 +21,23 @@ Reduction order: for every output element, whatever M, the row's position, the p
     acc = 0.0f
     for b in 0 .. K/32 - 1:                                 # blocks strictly in order
         isum = sum_k qx[m, k] * q[n, k]                      # integers: exact, any order
-        acc = fl32(acc + fl32(fl32(fl32(d[n,b] * dx) * float(isum)) + fl32(m[n,b] * sx)))
+        Q4_1: acc = fl32(acc + fl32(fl32(fl32(d[n,b] * dx) * float(isum)) + fl32(m[n,b] * sx)))
+        Q8_0: acc = fl32(acc + fl32(fl32(d[n,b] * dx) * float(isum)))
     y[m, n] = acc
 
-(d q + m) dx qx summed over the block is d dx isum + m sx, llama.cpp's Q4_1 x Q8_1 identity.
-|isum| <= 32 * 15 * 127 < 2^24, so float(isum) is exact. The
-integer sums are exact whatever order LLVM vectorises them in; the float operations run in the
-order above (no fastmath, no fused multiply-add), so a row's bits depend on nothing but the row
-and the weight: batch-invariant by construction. The bound against the float64 product of the
-unquantised x is `accuracy.linear_q8`.
+(d q + m) dx qx summed over the block is d dx isum + m sx, llama.cpp's Q4_1 x Q8_1 identity
+(Q8_0 x Q8_0: no m term). |isum| <= 32 * 128 * 127 < 2^24, so float(isum) is exact. The integer
+sums are exact whatever instructions compute them (`cpu_intdot`); the float operations run in
+the order above (no fastmath, no fused multiply-add), so a row's bits depend on nothing but the
+row and the weight: batch-invariant by construction. The bound against the float64 product of
+the unquantised x is `accuracy.linear_q8`.
 
-Layout: `cpu_linear_q.pack`'s panels (the same arrays, shared on the weight: no extra memory).
-Q4_1 keeps two int16 partial sums per (row, column) while a block is walked, low nibbles
-(k = 32 b + i) and high (32 b + 16 + i), each at most 16 * 15 * 127 = 30480 < 2^15, so the
-multiply-adds run on int16 lanes (twice the lanes of fp32: LLVM emits vpmullw / vpaddw) and every
-nibble byte is loaded once.
+Layout (`pack`, built once per weight at first use and kept on it under `PACK_KEY`): panels of
+PANEL_N = 32 output columns with k-pairs interleaved (`cpu_intdot` spells the index maps), and
+the block scales d (and Q4_1's minimums m) as [P, K/32, 32] float32; columns past N are zero and
+dropped. The bytes per weight are the file's (Q4_1 0.75, Q8_0 1.125 with the fp32 scales).
+Per row and block the kernel takes the 32 columns' integer sums in one `cpu_intdot` call (vector
+registers), then does the fp32 combination above on 32 lanes.
 
 Threads: `parallel=True` splits the panels across numba's threads (same bits).
 """
@@ -47,37 +45,18 @@ Threads: `parallel=True` splits the panels across numba's threads (same bits).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange, types
-from numba.core import cgutils, errors
-from numba.extending import intrinsic
+from numba import njit, prange
 
 from .cpu_common import JIT, carray, stack_f32
-from . import cpu_linear_q
-from .cpu_linear_q import PANEL_N, ROW_BLOCK, pack  # noqa: F401  (pack: the shared panel layout)
-from .quant import BLOCK, Q4_1, QMAX
+from .cpu_intdot import MAX_ROWS as ROW_BLOCK, PANEL_N, block_q4_1, block_q8_0, stack_i32
+from .quant import BLOCK, Q4_1, QMAX, QuantizedWeight
 
-_HALF = BLOCK // 2
+PACK_KEY = "cpu-q8"
+"""The key `pack`'s layout is kept under on a QuantizedWeight (`QuantizedWeight.packed`)."""
+_PANEL_BLOCK = BLOCK * PANEL_N
+"""Weight elements of one (panel, block): 1024 int8 (Q8_0) or 512 nibble bytes (Q4_1) / 2."""
 _ACC_SIZE = ROW_BLOCK * PANEL_N
-_LOW = np.uint8(0x0F)
-_SHIFT = np.uint8(4)
 _FMAX = np.float32(np.finfo(np.float32).max)
-
-
-def _stack_int(ty):
-    @intrinsic
-    def stack(typingctx, n):
-        """An int scratch buffer of compile-time size n on the stack (see `cpu_common.stack_f32`)."""
-        if not isinstance(n, types.IntegerLiteral):
-            raise errors.RequireLiteralValue(n)
-        size = n.literal_value
-
-        def codegen(context, builder, signature, args):
-            return cgutils.alloca_once(builder, context.get_value_type(ty), size=size)
-        return types.CPointer(ty)(n), codegen
-    return stack
-
-
-stack_i16 = _stack_int(types.int16)
 
 
 @njit(inline="always", **JIT)
@@ -129,82 +108,160 @@ def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return qx, dx, sx
 
 
+
+
+def _panels(a: np.ndarray, n: int) -> np.ndarray:
+    """[N, ...] -> [P, PANEL_N, ...] with zero rows past N."""
+    p = -(-n // PANEL_N)
+    padded = np.zeros((p * PANEL_N,) + a.shape[1:], a.dtype)
+    padded[:n] = a
+    return padded.reshape((p, PANEL_N) + a.shape[1:])
+
+
+def pack(weight: QuantizedWeight) -> tuple:
+    """The k-pair-interleaved panels of `weight` (module docstring, index maps in `cpu_intdot`):
+    (kind, weights, d[, m]) with weights int8 [P, K/32, 16, 32, 2] (Q8_0) or uint8
+    [P, K/32, 8, 32, 2] (Q4_1), d and m float32 [P, K/32, 32]."""
+    nb = weight.k // BLOCK
+    if weight.kind == Q4_1:
+        nib = _panels(weight.blocks[:, :, 4:].reshape(weight.n, nb, 8, 2), weight.n)      # [P, 32, nb, 8, 2]
+        return (Q4_1, np.ascontiguousarray(nib.transpose(0, 2, 3, 1, 4)),
+                np.ascontiguousarray(_panels(weight.d, weight.n).transpose(0, 2, 1)),
+                np.ascontiguousarray(_panels(weight.m, weight.n).transpose(0, 2, 1)))
+    q = _panels(weight.q().reshape(weight.n, nb, 16, 2), weight.n)                         # [P, 32, nb, 16, 2]
+    return (weight.kind, np.ascontiguousarray(q.transpose(0, 2, 3, 1, 4)),
+            np.ascontiguousarray(_panels(weight.d, weight.n).transpose(0, 2, 1)))
+
+
 @njit(inline="always", **JIT)
-def _micro_q4_1(qx, dx, sx, m0, rows, nib, d, mn, p, out):
+def _widen(qx, x16):
+    for m in range(qx.shape[0]):
+        for k in range(qx.shape[1]):
+            x16[m, k] = qx[m, k]
+
+
+@njit(inline="always", **JIT)
+def _rows_q4_1(x16, dx, sx, nib, d, mn, out, p, r0, rows):
+    k = x16.shape[1]
+    nb = d.shape[1]
+    isum_p = stack_i32(_ACC_SIZE)
+    isum = carray(isum_p, (ROW_BLOCK, PANEL_N))
     acc = carray(stack_f32(_ACC_SIZE), (ROW_BLOCK, PANEL_N))
-    lo = carray(stack_i16(_ACC_SIZE), (ROW_BLOCK, PANEL_N))
-    hi = carray(stack_i16(_ACC_SIZE), (ROW_BLOCK, PANEL_N))
     for r in range(rows):
         for j in range(PANEL_N):
             acc[r, j] = 0.0
-    for b in range(nib.shape[1]):
+    for b in range(nb):
+        block_q4_1(x16, r0 * k + b * BLOCK, k, nib, (p * nb + b) * (_PANEL_BLOCK // 2), isum_p, rows)
         for r in range(rows):
+            dxr = dx[r0 + r, b]
+            sxr = sx[r0 + r, b]
             for j in range(PANEL_N):
-                lo[r, j] = 0
-                hi[r, j] = 0
-        for i in range(_HALF):
-            k = b * BLOCK + i
-            for r in range(rows):
-                xl = np.int16(qx[m0 + r, k])
-                xh = np.int16(qx[m0 + r, k + _HALF])
-                for j in range(PANEL_N):
-                    byte = nib[p, b, i, j]
-                    lo[r, j] += xl * np.int16(byte & _LOW)
-                    hi[r, j] += xh * np.int16(byte >> _SHIFT)
-        for r in range(rows):
-            dxr = dx[m0 + r, b]
-            sxr = sx[m0 + r, b]
-            for j in range(PANEL_N):
-                isum = np.float32(np.int32(np.int32(lo[r, j]) + np.int32(hi[r, j])))
-                acc[r, j] += (d[p, b, j] * dxr) * isum + mn[p, b, j] * sxr
+                acc[r, j] += (d[p, b, j] * dxr) * np.float32(isum[r, j]) + mn[p, b, j] * sxr
     for r in range(rows):
         for j in range(PANEL_N):
-            out[m0 + r, p * PANEL_N + j] = acc[r, j]
+            out[r0 + r, p * PANEL_N + j] = acc[r, j]
 
 
 @njit(inline="always", **JIT)
-def _panel_q4_1(qx, dx, sx, nib, d, mn, out, p):
-    m = qx.shape[0]
-    m0 = 0
-    while m - m0 >= ROW_BLOCK:
-        _micro_q4_1(qx, dx, sx, m0, ROW_BLOCK, nib, d, mn, p, out)
-        m0 += ROW_BLOCK
-    rest = m - m0
+def _rows_q8_0(x16, dx, q, d, out, p, r0, rows):
+    k = x16.shape[1]
+    nb = d.shape[1]
+    isum_p = stack_i32(_ACC_SIZE)
+    isum = carray(isum_p, (ROW_BLOCK, PANEL_N))
+    acc = carray(stack_f32(_ACC_SIZE), (ROW_BLOCK, PANEL_N))
+    for r in range(rows):
+        for j in range(PANEL_N):
+            acc[r, j] = 0.0
+    for b in range(nb):
+        block_q8_0(x16, r0 * k + b * BLOCK, k, q, (p * nb + b) * _PANEL_BLOCK, isum_p, rows)
+        for r in range(rows):
+            dxr = dx[r0 + r, b]
+            for j in range(PANEL_N):
+                acc[r, j] += (d[p, b, j] * dxr) * np.float32(isum[r, j])
+    for r in range(rows):
+        for j in range(PANEL_N):
+            out[r0 + r, p * PANEL_N + j] = acc[r, j]
+
+
+@njit(inline="always", **JIT)
+def _panel_q4_1(x16, dx, sx, nib, d, mn, out, p):
+    m = x16.shape[0]
+    r0 = 0
+    while m - r0 >= ROW_BLOCK:
+        _rows_q4_1(x16, dx, sx, nib, d, mn, out, p, r0, ROW_BLOCK)
+        r0 += ROW_BLOCK
+    rest = m - r0
     if rest == 3:
-        _micro_q4_1(qx, dx, sx, m0, 3, nib, d, mn, p, out)
+        _rows_q4_1(x16, dx, sx, nib, d, mn, out, p, r0, 3)
     elif rest == 2:
-        _micro_q4_1(qx, dx, sx, m0, 2, nib, d, mn, p, out)
+        _rows_q4_1(x16, dx, sx, nib, d, mn, out, p, r0, 2)
     elif rest == 1:
-        _micro_q4_1(qx, dx, sx, m0, 1, nib, d, mn, p, out)
+        _rows_q4_1(x16, dx, sx, nib, d, mn, out, p, r0, 1)
+
+
+@njit(inline="always", **JIT)
+def _panel_q8_0(x16, dx, q, d, out, p):
+    m = x16.shape[0]
+    r0 = 0
+    while m - r0 >= ROW_BLOCK:
+        _rows_q8_0(x16, dx, q, d, out, p, r0, ROW_BLOCK)
+        r0 += ROW_BLOCK
+    rest = m - r0
+    if rest == 3:
+        _rows_q8_0(x16, dx, q, d, out, p, r0, 3)
+    elif rest == 2:
+        _rows_q8_0(x16, dx, q, d, out, p, r0, 2)
+    elif rest == 1:
+        _rows_q8_0(x16, dx, q, d, out, p, r0, 1)
 
 
 @njit(**JIT)
-def _q4_1_serial(x, qx, dx, sx, nib, d, mn, out):
+def _q4_1_serial(x, qx, x16, dx, sx, nib, d, mn, out):
     _quantize(x, qx, dx, sx)
+    _widen(qx, x16)
     for p in range(nib.shape[0]):
-        _panel_q4_1(qx, dx, sx, nib, d, mn, out, p)
+        _panel_q4_1(x16, dx, sx, nib, d, mn, out, p)
 
 
 @njit(parallel=True, **JIT)
-def _q4_1_parallel(x, qx, dx, sx, nib, d, mn, out):
+def _q4_1_parallel(x, qx, x16, dx, sx, nib, d, mn, out):
     _quantize(x, qx, dx, sx)
+    _widen(qx, x16)
     for p in prange(nib.shape[0]):
-        _panel_q4_1(qx, dx, sx, nib, d, mn, out, p)
+        _panel_q4_1(x16, dx, sx, nib, d, mn, out, p)
+
+
+@njit(**JIT)
+def _q8_0_serial(x, qx, x16, dx, sx, q, d, out):
+    _quantize(x, qx, dx, sx)
+    _widen(qx, x16)
+    for p in range(q.shape[0]):
+        _panel_q8_0(x16, dx, q, d, out, p)
+
+
+@njit(parallel=True, **JIT)
+def _q8_0_parallel(x, qx, x16, dx, sx, q, d, out):
+    _quantize(x, qx, dx, sx)
+    _widen(qx, x16)
+    for p in prange(q.shape[0]):
+        _panel_q8_0(x16, dx, q, d, out, p)
 
 
 def linear(x: np.ndarray, packed: tuple, n: int, k: int, parallel: bool = False) -> np.ndarray:
-    """Launcher: x [M, K] float32 (C-contiguous), packed from `cpu_linear_q.pack` -> y [M, n]
-    float32 (x quantised per row inside the same call)."""
+    """Launcher: x [M, K] float32 (C-contiguous), packed from `pack` -> y [M, n] float32 (x
+    quantised per row inside the same call)."""
     m = x.shape[0]
     if x.shape[1] != k:
         raise ValueError(f"linear: x has {x.shape[1]} columns, the weight {k}")
-    if packed[0] != Q4_1:
-        return cpu_linear_q.linear(x, packed, n, k, parallel)       # Q8_0: exact (module docstring)
     panels = packed[1].shape[0]
     out = np.empty((m, panels * PANEL_N), np.float32)
     if m:
         qx = np.empty((m, k), np.int8)
+        x16 = np.empty((m, k), np.int16)
         dx = np.empty((m, k // BLOCK), np.float32)
         sx = np.empty((m, k // BLOCK), np.float32)
-        (_q4_1_parallel if parallel else _q4_1_serial)(x, qx, dx, sx, packed[1], packed[2], packed[3], out)
+        if packed[0] == Q4_1:
+            (_q4_1_parallel if parallel else _q4_1_serial)(x, qx, x16, dx, sx, packed[1], packed[2], packed[3], out)
+        else:
+            (_q8_0_parallel if parallel else _q8_0_serial)(x, qx, x16, dx, sx, packed[1], packed[2], out)
     return out if out.shape[1] == n else np.ascontiguousarray(out[:, :n])

@@ -161,10 +161,11 @@ def quantize_activations(x):
 
 
 def linear_q8_emulated(x, weight):
-    """x @ W.T with x replaced by its 8-bit blocks' values (dx * qx) when W is Q4_1, in torch's
-    default fp32 matmul (NOT batch-invariant: the default backend's `linear_q8`)."""
+    """x @ W.T with x replaced by its 8-bit blocks' values (dx * qx) when W is GGUF-quantized
+    (Q4_1 or Q8_0), in torch's default fp32 matmul (NOT batch-invariant: the default backend's
+    `linear_q8`)."""
     import torch
-    if not (isinstance(weight, QuantizedWeight) and weight.kind == Q4_1):
+    if not isinstance(weight, QuantizedWeight):
         return x @ dequantized(weight).T
     qx, dx, _ = quantize_activations(x)
     xq = (qx.reshape(x.shape[0], -1, BLOCK).to(torch.float32) * dx[:, :, None]).reshape(x.shape)

@@ -1,10 +1,11 @@
-"""8-bit activations against Q4_1 blocks (`kernels/cpu_linear_q8.py`, `triton_linear_q8.py`, the
-"invariant-q8" backend and the registry op `linear_q8`).
+"""8-bit activations against Q4_1 and Q8_0 blocks (`kernels/cpu_linear_q8.py` with its integer
+block sums `cpu_intdot.py`, `triton_linear_q8.py`, the "invariant-q8" backend and the registry op
+`linear_q8`).
 
 The claims under test: x is rounded per row to the documented 8-bit blocks (the numba loop and the
 torch version give the same bits); the kernel computes exactly the documented sequence (integer
 block sums, then the fp32 combination, blocks in order); every row is bitwise independent of the
-launch (M = 1..64 at SmolLM2's four Q4_1 shapes, neighbours, position), while the default
+launch (M = 1..64 at SmolLM2's four Q4_1 shapes and its Q8_0 head, neighbours, position), while the default
 backend's emulation is not (negative control); the result stays within the stated float64 bound
 of the UNquantised product, and the checks fail on a kernel that breaks either property.
 The real-model test (n-gram speculation's logits rows equal plain decode's on invariant-q8) is
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from specverify.kernels import accuracy, cpu_linear_q, cpu_linear_q8, quant
+from specverify.kernels import accuracy, cpu_linear_q8, quant
 from specverify.kernels.backend import get_backend
 from specverify.kernels.registry import OPS, random_blocks
 from specverify.kerneltools import accuracy_check, invariance
@@ -58,7 +59,8 @@ def test_numba_and_torch_round_activations_to_the_same_bits():
 
 
 def _documented(x, w: quant.QuantizedWeight) -> np.ndarray:
-    """The module docstring's sequence in NumPy: integer block sums, fp32 combine, blocks in order."""
+    """The module docstring's sequence in NumPy: integer block sums, fp32 combine, blocks in order
+    (Q8_0: no minimum term)."""
     qx, dx, sx = cpu_linear_q8.quantize_rows(x)
     m, k = x.shape
     nb = k // quant.BLOCK
@@ -66,34 +68,55 @@ def _documented(x, w: quant.QuantizedWeight) -> np.ndarray:
                      w.q().astype(np.int64).reshape(w.n, nb, 32)).astype(np.float32)       # exact
     acc = np.zeros((m, w.n), np.float32)
     for b in range(nb):
-        t = (w.d[None, :, b] * dx[:, b:b + 1]) * isum[:, :, b] + w.m[None, :, b] * sx[:, b:b + 1]
+        t = (w.d[None, :, b] * dx[:, b:b + 1]) * isum[:, :, b]
+        if w.m is not None:
+            t = t + w.m[None, :, b] * sx[:, b:b + 1]
         acc = acc + t
     return acc
 
 
+@pytest.mark.parametrize("kind", [quant.Q4_1, quant.Q8_0])
 @pytest.mark.parametrize("n", [40, 97])
-def test_kernel_is_exactly_the_documented_sequence(n):
+def test_kernel_is_exactly_the_documented_sequence(n, kind):
     k = 128
-    w = random_blocks(quant.Q4_1, n, k, np.random.default_rng(n))
-    panels = cpu_linear_q.pack(w)
+    w = random_blocks(kind, n, k, np.random.default_rng(n))
+    panels = cpu_linear_q8.pack(w)
     rng = np.random.default_rng(1)
     for m in (1, 2, 3, 4, 5, 9):
         x = (rng.standard_normal((m, k)) * 3).astype(np.float32)
         want = _documented(x, w)
         for parallel in (False, True):
             got = cpu_linear_q8.linear(x, panels, n, k, parallel)
-            assert got.shape == (m, n) and np.array_equal(_bits(got), _bits(want)), (n, m, parallel)
+            assert got.shape == (m, n) and np.array_equal(_bits(got), _bits(want)), (kind, n, m, parallel)
+
+
+def test_extreme_quants_reach_the_integer_bounds_exactly():
+    """Every weight -128 (Q8_0) or 15 (Q4_1) against activations at +-127: the largest block sums
+    (32 * 128 * 127 in magnitude) come out exact, i.e. nothing saturates or wraps in the int16 /
+    int32 vector lanes."""
+    k, n = 64, 33
+    x = np.full((5, k), 1.0, np.float32)
+    x[1] = -1.0
+    x[2, ::2] = -1.0
+    x[3, :32] = 0.0
+    x[4] = np.linspace(-1, 1, k, dtype=np.float32)
+    for kind, value in ((quant.Q8_0, 0x80), (quant.Q4_1, 0xFF)):
+        w = random_blocks(kind, n, k, np.random.default_rng(7))
+        w.blocks[:, :, 2 if kind == quant.Q8_0 else 4:] = value
+        w = quant.QuantizedWeight(kind, w.blocks, n, k)
+        got = cpu_linear_q8.linear(x, cpu_linear_q8.pack(w), n, k)
+        assert np.array_equal(_bits(got), _bits(_documented(x, w))), kind
 
 
 def test_a_non_finite_activation_block_gives_nan_only_in_its_row():
     w = random_blocks(quant.Q4_1, 32, 64, np.random.default_rng(2))
     x = np.random.default_rng(3).standard_normal((3, 64)).astype(np.float32)
     x[1, 5] = np.inf
-    y = cpu_linear_q8.linear(x, cpu_linear_q.pack(w), 32, 64)
+    y = cpu_linear_q8.linear(x, cpu_linear_q8.pack(w), 32, 64)
     assert np.isnan(y[1]).all() and np.isfinite(y[[0, 2]]).all()
 
 
-def test_q8_backend_routes_q4_1_to_the_q8_kernel_and_the_rest_to_the_exact_ones(q8):
+def test_q8_backend_routes_both_block_types_to_the_q8_kernel_and_fp32_to_the_exact_one(q8):
     inv = get_backend("invariant")
     x = torch.randn(3, 64, generator=torch.Generator().manual_seed(0))
     w4 = random_blocks(quant.Q4_1, 40, 64, np.random.default_rng(4))
@@ -101,18 +124,26 @@ def test_q8_backend_routes_q4_1_to_the_q8_kernel_and_the_rest_to_the_exact_ones(
     assert q8.name == "invariant-q8" and q8.batch_invariant
     assert torch.equal(q8.linear(x, w4), inv.linear_q8(x, w4))
     assert not torch.equal(q8.linear(x, w4), inv.linear(x, w4))          # x was rounded: other bits
-    assert torch.equal(q8.linear(x, w8), inv.linear(x, w8))              # the head: exact kernel
+    assert torch.equal(q8.linear(x, w8), inv.linear_q8(x, w8))           # the head (Q8_0) too
+    assert not torch.equal(q8.linear(x, w8), inv.linear(x, w8))
     wf = quant.dequantized(w4)
     assert torch.equal(q8.linear(x, wf), inv.linear(x, wf))
 
 
 # ------------------------------------------------------------------ invariance and accuracy
-Q4_SHAPES = [s for s in OPS["linear_q8"].model if s.args.get("quant") == quant.Q4_1]
+Q_SHAPES = [s for s in OPS["linear_q8"].model if s.args.get("quant")]
 
 
-@pytest.mark.parametrize("shape", Q4_SHAPES, ids=[f"{s.args['k']}->{s.args['n']}" for s in Q4_SHAPES])
-def test_every_q4_1_shape_of_smollm2_is_invariant_for_m_1_to_64(q8, shape):
-    r = invariance.check(q8, "linear_q8", sizes=invariance.FULL_SIZES, **shape.args)
+def test_the_registry_lists_every_quantized_shape_of_smollm2():
+    got = {(s.args["k"], s.args["n"], s.args["quant"]) for s in Q_SHAPES}
+    assert got == {(576, 960, quant.Q4_1), (576, 576, quant.Q4_1), (576, 3072, quant.Q4_1),
+                   (1536, 576, quant.Q4_1), (576, 49152, quant.Q8_0)}
+    assert all(s.sizes(invariance.FULL_SIZES) == tuple(range(1, 65)) for s in Q_SHAPES)
+
+
+@pytest.mark.parametrize("shape", Q_SHAPES, ids=[f"{s.args['k']}->{s.args['n']}" for s in Q_SHAPES])
+def test_every_quantized_shape_of_smollm2_is_invariant_for_m_1_to_64(q8, shape):
+    r = invariance.check(q8, "linear_q8", sizes=shape.sizes(invariance.FULL_SIZES), **shape.args)
     assert r.ok and r.rows_compared >= 64 * 65, r.first
     a = accuracy_check.case_accuracy(q8, "linear_q8", OPS["linear_q8"].case(0, **shape.args))
     assert a.ok and a.max_err_over_bound > 0.01, a                     # within the bound, and not vacuously
@@ -154,12 +185,12 @@ def test_the_checks_catch_a_launch_wide_scale_and_a_dropped_minimum(q8):
     assert not a.ok
 
 
-def test_triton_q8_kernel_is_invariant_and_equals_the_numba_kernel_when_interpreted(q8):
+@pytest.mark.parametrize("shape", OPS["linear_q8"].small, ids=lambda s: s.args["quant"])
+def test_triton_q8_kernel_is_invariant_and_equals_the_numba_kernel_when_interpreted(q8, shape):
     from specverify.kernels.triton_common import interpreting
     if not interpreting():
         pytest.skip("needs TRITON_INTERPRET=1 (the GPU script runs the compiled kernel)")
     tri = get_backend("triton")
-    shape = OPS["linear_q8"].small[0]
     r = invariance.check(tri, "linear_q8", sizes=(1, 2, 5, 16, 17), **shape.args)        # both edges of a 16-row tile
     assert r.ok, r.first
     case = OPS["linear_q8"].case(0, **shape.args)

@@ -5,8 +5,8 @@ one run: the timing harness behind `specverify bench` (`specverify/cli/bench.py`
 A *path* is how SmolLM2-135M-Instruct (the bundled Q4_1 GGUF) is run:
 
     q8            our engine, invariant-q8 backend: activations rounded to 8-bit blocks of 32 and
-                  integer dot products against the Q4_1 blocks (`kernels/cpu_linear_q8`; the Q8_0
-                  head stays exact); batch-invariant, but not the fp32 path's logits
+                  exact integer dot products against the Q4_1 blocks and the Q8_0 head
+                  (`kernels/cpu_linear_q8`); batch-invariant, but not the fp32 path's logits
     quantized     our engine, invariant backend, Q4_1/Q8_0 blocks dequantized inside the kernels
     fp32          our engine, invariant backend, weights dequantized to fp32 at load
     default       our engine, torch's default ops (not batch-invariant), fp32 weights
@@ -64,13 +64,14 @@ def check_paths(text: str, spec=None) -> list[str]:
 def weight_bytes(model, backend: str) -> int:
     """Bytes of weights one decode step streams on `backend`: every matrix once, as that backend
     reads it (a QuantizedWeight: its kernel's panels on the invariant backend, fp32 on the default)."""
-    from specverify.kernels import cpu_linear_q
+    from specverify.kernels import cpu_linear_q, cpu_linear_q8
     from specverify.kernels.quant import QuantizedWeight
     mats = [m for w in model.layers for m in (w.wqkv, w.wo, w.w_gate_up, w.w_down)] + [model.head]
+    kernel = cpu_linear_q8 if backend == "invariant-q8" else cpu_linear_q
     total = 0
     for m in mats:
         if isinstance(m, QuantizedWeight) and backend.startswith("invariant"):
-            total += sum(a.nbytes for a in m.packed("cpu", lambda m=m: cpu_linear_q.pack(m))[1:])
+            total += sum(a.nbytes for a in m.packed(kernel.PACK_KEY, lambda m=m: kernel.pack(m))[1:])
         else:
             total += 4 * m.shape[0] * m.shape[1]
     return total

@@ -30,7 +30,7 @@ reference bit for bit. A failing row names the first differing row, its position
 ops:
   torch-linear              torch's default fp32 linear at SmolLM2's qkv shape (the negative control: fails on a CPU)
   invariant                 our batch-invariant CPU kernels (numba): linear, rms_norm, softmax, silu_mul
-  invariant-q8              our 8-bit-activation linear on Q4_1 blocks at SmolLM2's four Q4_1 shapes (numba)
+  invariant-q8              our 8-bit-activation linear at SmolLM2's four Q4_1 shapes and Q8_0 head (numba)
   triton                    our Triton kernels, small shapes (TRITON_INTERPRET=1 without a GPU)
   pkg.module:factory        your ops
   path/to/file.py:factory   the same, from a file

@@ -12,8 +12,8 @@ neighbours or on its position. The first differing row is reported with its M an
 
 Built-in op sets (names instead of a factory): `torch-linear` (torch's default fp32 linear at
 SmolLM2's qkv shape: the negative control, it must fail on a CPU), `invariant` (our numba backend's
-row ops at model shapes), `invariant-q8` (the 8-bit-activation linear on Q4_1 blocks at SmolLM2's
-four Q4_1 shapes) and `triton` (our Triton row ops at small shapes, under TRITON_INTERPRET=1
+row ops at model shapes), `invariant-q8` (the 8-bit-activation linear on GGUF blocks at SmolLM2's
+four Q4_1 shapes and its Q8_0 head) and `triton` (our Triton row ops at small shapes, under TRITON_INTERPRET=1
 without a GPU).
 
 The result is an `AuditResult` (the same JSON as `audit`): one exact row `invariance[<op>]` per op.
@@ -239,17 +239,18 @@ def invariant_ops():
 
 
 def invariant_q8_ops():
-    """Our 8-bit-activation linear (`invariant-q8`) on seeded Q4_1 blocks at SmolLM2's four Q4_1 shapes."""
+    """Our 8-bit-activation linear (`invariant-q8`) on seeded blocks at SmolLM2's four Q4_1 shapes and
+    its Q8_0 head (576 -> 49152)."""
     import numpy as np
 
     from specverify.kernels.backend import get_backend
-    from specverify.kernels.quant import Q4_1
+    from specverify.kernels.quant import Q4_1, Q8_0
     from specverify.kernels.registry import random_blocks
     be = get_backend("invariant-q8")
     ops = []
-    for k, n in ((576, 960), (576, 576), (576, 3072), (1536, 576)):
-        w = random_blocks(Q4_1, n, k, np.random.default_rng(k + n))
-        ops.append(RowOp(f"{be.name}.linear[{k}->{n},Q4_1]", lambda x, w=w: be.linear(x, w), (k,)))
+    for k, n, kind in ((576, 960, Q4_1), (576, 576, Q4_1), (576, 3072, Q4_1), (1536, 576, Q4_1), (576, 49152, Q8_0)):
+        w = random_blocks(kind, n, k, np.random.default_rng(k + n))
+        ops.append(RowOp(f"{be.name}.linear[{k}->{n},{kind}]", lambda x, w=w: be.linear(x, w), (k,)))
     return ops
 
 
