@@ -54,7 +54,9 @@ def connect(executor: Executor) -> None:
             ray.init(address=executor.address, **options)
     except Exception as exc:         # noqa: BLE001 -- ray raises ConnectionError, RuntimeError, ValueError...
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise InputError(f"--executor {executor}: cannot connect to the Ray cluster: {first[:300]}") from None
+        cause = [line.strip() for line in str(exc.__cause__ or "").splitlines() if "error" in line.lower()]
+        why = first + (f" ({cause[-1][:300]})" if cause else "")
+        raise InputError(f"--executor {executor}: cannot connect to the Ray cluster: {why[:600]}") from None
 
 
 def portable(source):
