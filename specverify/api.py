@@ -26,12 +26,13 @@ from specverify.errors import InputError
 
 SETTINGS = settings_mod.NAMES
 """The settings `audit` takes as keyword arguments (every setting, `specverify.settings.SPECS`)."""
-RUN_KEYWORDS = ("jobs", "isolated", "progress")
+RUN_KEYWORDS = ("jobs", "isolated", "progress", "executor")
 """The keyword arguments that say how to run, not what to check."""
 
 
-def audit(engine, *, jobs: int = 1, isolated: bool = True, progress=None, **settings):
+def audit(engine, *, jobs: int = 1, isolated: bool = True, progress=None, executor=None, **settings):
     from specverify.audit import BATTERY, prepare
+    from specverify.executors import parse
 
     unknown = sorted(set(settings) - set(SETTINGS))
     if unknown:
@@ -44,8 +45,10 @@ def audit(engine, *, jobs: int = 1, isolated: bool = True, progress=None, **sett
     if settings.get("fail_fast") and settings.get("stop") != "decisive":
         raise InputError("fail_fast=True needs stop='decisive' (with fixed budgets every statistical row is "
                          "decided at the end, by Holm)")
+    executor = parse(executor, label="executor=")
+    executor.connect()                  # ray missing or the cluster unreachable: InputError before any work
     prepared = prepare(engine, settings, progress=progress, label=lambda name: f"{name}=", isolated=isolated)
-    result = prepared.run(jobs=jobs)
+    result = prepared.run(jobs=jobs, executor=executor)
     result.spec = prepared.spec
     result.settings = prepared.settings.to_dict()
     return result
@@ -56,7 +59,7 @@ def _signature() -> inspect.Signature:
     params = [inspect.Parameter("engine", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     params += [inspect.Parameter(s.name, kw, default=None) for s in settings_mod.SPECS]
     params += [inspect.Parameter("jobs", kw, default=1), inspect.Parameter("isolated", kw, default=True),
-               inspect.Parameter("progress", kw, default=None)]
+               inspect.Parameter("progress", kw, default=None), inspect.Parameter("executor", kw, default=None)]
     return inspect.Signature(params, return_annotation="AuditResult")
 
 
@@ -76,6 +79,8 @@ def _doc() -> str:
               "jobs: checks run side by side, each job with an adapter process of its own (same rows as 1; default 1)",
               "isolated: run the adapter in a worker process of its own (default True; False: in this process)",
               "progress: callable(str) receiving progress messages (default None: silent)",
+              "executor: 'local' (default), 'ray' or 'ray:HOST:PORT', or a `specverify.executors.Executor` (resources",
+              "    per adapter actor): the checks on a Ray cluster, each adapter in an actor of its own (the same rows)",
               "",
               "Raises InputError for a bad setting or engine spec, AdapterError for an adapter that breaks."]
     return "\n".join(lines)

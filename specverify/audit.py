@@ -264,27 +264,34 @@ def run_checks(engine, ctx: Context, names, ran: _Ran) -> None:
         found = check.run(engine, replace(ctx, check=name))
         ran.seconds[name] = time.perf_counter() - t0
         ran.paid[name] = onestep.sampling_seconds(ctx) - sampled
-        for r in found:
-            r.check = name
-            if check.law != battery.PER_ROW:
-                r.law = check.law
-        ran.rows[name] = found
-        ran.not_covered.pop(name, None)     # a decisive audit's later round decides afresh
-        if not any(r.verdict in (PASS, FAIL, ERROR, WARN) for r in found):
-            skipped = [r.detail for r in found if r.detail]
-            ran.not_covered[name] = skipped[0] if skipped else (
-                f"no row applies to capabilities {', '.join(sorted(getattr(engine, 'capabilities', ())))}")
-        else:       # rows that ran beside rows a check could not run (processors not declared)
-            skipped = [r for r in found if r.verdict == SKIP and r.data.get("not_covered")]
-            partial = [r.detail for r in skipped if not r.data.get("inconclusive")]
-            thin = [r.name for r in skipped if r.data.get("inconclusive")]
-            if thin:            # rows too few samples reach: counted, the first few named
-                more = f" and {len(thin) - NOT_COVERED_LISTED} more" if len(thin) > NOT_COVERED_LISTED else ""
-                partial.append(f"{len(thin)} row(s) inconclusive, too few samples reach them for a law test: "
-                               f"{', '.join(thin[:NOT_COVERED_LISTED])}{more}")
-            if partial:
-                ran.not_covered[name] = "; ".join(partial)
+        record(engine, name, found, ran)
     ran.shared = onestep.sampling_seconds(ctx)
+
+
+def record(engine, name: str, found: list, ran: _Ran) -> None:
+    """Check `name`'s rows `found` into `ran`: each row named by its check (and its law), and what the
+    check did not cover (`ran.not_covered`)."""
+    check = battery.BY_NAME[name]
+    for r in found:
+        r.check = name
+        if check.law != battery.PER_ROW:
+            r.law = check.law
+    ran.rows[name] = found
+    ran.not_covered.pop(name, None)     # a decisive audit's later round decides afresh
+    if not any(r.verdict in (PASS, FAIL, ERROR, WARN) for r in found):
+        skipped = [r.detail for r in found if r.detail]
+        ran.not_covered[name] = skipped[0] if skipped else (
+            f"no row applies to capabilities {', '.join(sorted(getattr(engine, 'capabilities', ())))}")
+    else:       # rows that ran beside rows a check could not run (processors not declared)
+        skipped = [r for r in found if r.verdict == SKIP and r.data.get("not_covered")]
+        partial = [r.detail for r in skipped if not r.data.get("inconclusive")]
+        thin = [r.name for r in skipped if r.data.get("inconclusive")]
+        if thin:            # rows too few samples reach: counted, the first few named
+            more = f" and {len(thin) - NOT_COVERED_LISTED} more" if len(thin) > NOT_COVERED_LISTED else ""
+            partial.append(f"{len(thin)} row(s) inconclusive, too few samples reach them for a law test: "
+                           f"{', '.join(thin[:NOT_COVERED_LISTED])}{more}")
+        if partial:
+            ran.not_covered[name] = "; ".join(partial)
 
 
 def available(names: list, named: bool) -> tuple:
@@ -361,7 +368,7 @@ def run_parallel(engine, ctx: Context, names: list, jobs: int, open_engine) -> l
 
 def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=None, extra=None, *,
               jobs: int = 1, open_engine=None, stop: str = "fixed", power_tv: float = 0.01,
-              fail_fast: bool = False, first_round: int = decisive.FIRST_ROUND) -> AuditResult:
+              fail_fast: bool = False, first_round: int = decisive.FIRST_ROUND, cluster=None) -> AuditResult:
     """Run the battery (or the named checks) against `engine`; never raises for a failing engine
     (an adapter that crashes, hangs or returns garbage raises AdapterError). `factory()` builds fresh
     adapters of the same engine for the seeded checks (else ctx.factory; None skips them).
@@ -371,7 +378,9 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
     state of its own (`AuditState`): two audits in one process share nothing.
     `stop="decisive"` samples each statistical row in rounds until its e-value decides it
     (`battery.decisive`; one check after another on `engine`, `jobs` unused); `fail_fast` then ends the
-    audit at its first failing row; `first_round`: the samples of its first round (doubled each round)."""
+    audit at its first failing row; `first_round`: the samples of its first round (doubled each round).
+    `cluster`: (executor, source, given, isolated) to run the checks on a Ray cluster instead
+    (`specverify.executors.ray_run`: each adapter in an actor, the same rows)."""
     start = time.perf_counter()
     ctx = replace(ctx, state=AuditState())
     if factory is not None:
@@ -384,7 +393,13 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
         raise InputError(f"stop {stop!r}: must be one of {', '.join(settings_mod.STOPS)}")
     if jobs > 1 and open_engine is not None:
         ctx = replace(ctx, jobs=jobs, open_engine=open_engine)
-    if jobs > 1 and open_engine is not None and len(names) > 1:
+    errors, actors = [], []
+    if cluster is not None:
+        from .executors import ray_run
+        rans, states, errors, actors = ray_run.run(cluster[0], engine, ctx, names, *cluster[1:])
+        done = [(None, replace(ctx, state=AuditState()), ran) for ran in rans]
+        done += [(None, replace(ctx, state=state), _Ran()) for state in states]
+    elif jobs > 1 and open_engine is not None and len(names) > 1:
         done = run_parallel(engine, ctx, names, jobs, open_engine)
     else:
         done = [(engine, ctx, _Ran())]
@@ -399,7 +414,12 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
         rows.extend(extra(engine, ctx))
     rows.extend(unavailable_rows(missing))
     not_covered.update(missing)
-    apply_holm(rows, ctx)
+    try:
+        apply_holm(rows, ctx)
+    finally:
+        if actors:
+            from .executors import ray_run
+            ray_run.release(actors)
     if not any(r.verdict in (PASS, FAIL) for r in rows):
         raise AdapterError(nothing_decided(engine, names, not_covered, rows))
     if isinstance(engine, AdapterHandle):
@@ -407,7 +427,7 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
     return with_diagnosis(AuditResult(
         engine=str(engine.name), verdict=verdict_of(rows), seed=ctx.seed, alpha=ctx.alpha, samples=ctx.samples,
         checks=rows, engine_version=getattr(engine, "version", None), seconds=time.perf_counter() - start,
-        check_seconds=check_seconds, deviation=deviation_of(rows), not_covered=not_covered))
+        check_seconds=check_seconds, deviation=deviation_of(rows), not_covered=not_covered, errors=errors))
 
 
 EXTRA = "probes"     # the decisive family's name for an engine's own rows (`run_audit(extra=...)`)
@@ -466,10 +486,21 @@ class Audit:
     ctx: Context
     source: object = None           # what prepare() was given, to open more adapters (None: it cannot)
 
-    def run(self, extra=None, jobs: int = 1) -> AuditResult:
+    def run(self, extra=None, jobs: int = 1, executor=None) -> AuditResult:
         """Run the audit; `jobs` > 1 runs independent checks side by side, each job with an adapter
-        process of its own (results identical to one job). Closes the adapter when done."""
+        process of its own (results identical to one job). `executor`: a connected Ray executor
+        (`specverify.executors`) runs the checks on its cluster instead, each adapter in an actor of its
+        own (the same rows). Closes the adapter when done."""
         checks = None if self.settings.checks is None else list(self.settings.checks)
+        cluster = None
+        if executor is not None and executor.kind != "local":
+            if self.settings.stop != "fixed":
+                self.engine.kill()
+                raise InputError(f"--executor {executor} runs fixed budgets: --stop decisive runs on the local executor")
+            if self.source is None:
+                self.engine.kill()
+                raise InputError(f"--executor {executor} needs an engine name or spec, not an adapter instance")
+            cluster = (executor, self.source, self.settings.to_dict(), self.engine.isolated)
         limit = max_jobs()
         if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= limit:
             self.engine.kill()              # its adapter process goes now, not at exit
@@ -482,7 +513,7 @@ class Audit:
         try:
             return run_audit(self.engine, self.ctx, checks, factory=self.factory, extra=extra, jobs=jobs,
                              open_engine=open_engine, stop=self.settings.stop, power_tv=self.settings.power_tv,
-                             fail_fast=self.settings.fail_fast)
+                             fail_fast=self.settings.fail_fast, cluster=cluster)
         except BaseException:
             self.engine.kill()
             raise

@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib.util
 
 EXTRA_OF = {"torch": "engine", "gguf": "engine", "tokenizers": "engine", "jinja2": "engine",
-            "triton": "triton", "transformers": "transformers", "accelerate": "transformers"}
+            "triton": "triton", "transformers": "transformers", "accelerate": "transformers", "ray": "ray"}
 """module -> the extra of `pip install 'specverify[...]'` that brings it."""
 
 

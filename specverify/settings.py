@@ -47,6 +47,7 @@ MIN_SAMPLES = 200      # the fewest at which a one-step law row tests anything (
 # about 2.5 kB a sample at the peak, so 4 million samples a problem need ~10 GB
 MAX_SAMPLES = 4_000_000
 MAX_SEED = 2**63 - 1
+MIN_RARE_RATE = 1e-12    # --rare-rate below this needs over 1e12 draws (`checks.rare_event`)
 STOPS = ("fixed", "decisive")            # when a statistical row stops sampling (`battery.decisive`)
 SIZES = ("quick", "standard", "full")    # the bitwise check's sizes (`checks.bitwise.SIZES` holds what each runs)
 DOORS = ("audit", "zoo", "option", "marker")
@@ -108,6 +109,14 @@ def _flag(value, label, battery) -> bool:
     if not isinstance(value, bool):
         raise InputError(f"{label} {value!r}: must be True or False")
     return value
+
+
+def _rate(value, label, battery) -> float:
+    rate = _number(label, value)
+    if not MIN_RARE_RATE <= rate < 1:
+        raise InputError(f"{label} {value!r}: must be an event rate in [{MIN_RARE_RATE:g}, 1) (the draws it needs "
+                         "grow as 1 / rate)")
+    return rate
 
 
 def _text_or_none(value, label, battery):
@@ -218,6 +227,10 @@ class Settings:
                                          "manifest) of the served model, whose exact law server.law tests against",
                                     default_text="found from the served model's name (tiny:V,SEED, or a path into "
                                                  "such a folder); else server.law is not covered")
+    rare_rate: float = setting(1e-3, check=_rate, parse=float, metavar="RATE", doors=("audit", "option", "marker"),
+                               help="the rare_event check's target rate of impossible emissions: it draws enough that "
+                                    "none seen bounds the rate below RATE at --alpha (Clopper-Pearson; 1e-7 needs "
+                                    "6.9e7 draws at alpha 1e-3)", default_text="1e-3 (6,905 draws a level at alpha 1e-3)")
 
     def to_dict(self) -> dict:
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}

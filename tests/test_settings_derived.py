@@ -71,7 +71,7 @@ def test_every_setting_reaches_the_pytest_options_and_marker_it_declares():
     assert set(options) - run == {f"--specverify-{s.cli_flag()[2:]}" for s in settings.SPECS if s.at("option")}
     assert set(settings.marker_keywords()) == {s.name for s in settings.SPECS if s.at("marker")}
     assert settings.marker_keywords() == ("seed", "samples", "alpha", "timeout", "checks", "size", "stop", "power_tv",
-                                         "fail_fast", "model", "plain_url", "law_model")
+                                         "fail_fast", "model", "plain_url", "law_model", "rare_rate")
     for name in settings.marker_keywords():
         assert f"{name}=None" in settings.marker_line()
 
@@ -81,7 +81,8 @@ def test_the_doors_are_what_they_were():
     decisive audits (issue 25) at every door."""
     decisive = {"stop", "power_tv", "fail_fast"}
     server = {"model", "plain_url", "law_model"}   # the server level (issue 26): audit, pytest option and marker
-    assert {s.name for s in settings.at_door("audit")} == {"seed", "samples", "alpha", "timeout", "checks", "size"} | decisive | server
+    rare = {"rare_rate"}                  # the rare_event rows' target rate (issue 31): audit, option, marker
+    assert {s.name for s in settings.at_door("audit")} == {"seed", "samples", "alpha", "timeout", "checks", "size"} | decisive | server | rare
     # issue 32: the zoo takes --timeout and --checks, pytest every setting (--specverify-checks, -size)
     assert {s.name for s in settings.at_door("zoo")} == {"seed", "samples", "alpha", "timeout", "checks"} | decisive
     assert {s.name for s in settings.at_door("option")} == set(settings.NAMES)
@@ -95,7 +96,7 @@ def test_the_doors_are_what_they_were():
 def test_the_context_gets_the_settings_the_checks_read():
     from specverify.battery.base import Context
     values = settings.context_values(settings.DEFAULTS)
-    assert set(values) == {"seed", "samples", "alpha", "timeout", "size"}
+    assert set(values) == {"seed", "samples", "alpha", "timeout", "size", "rare_rate"}
     ctx = Context(**values)
     assert (ctx.seed, ctx.samples, ctx.alpha, ctx.timeout, ctx.size) == (0, 200_000, 1e-3, 120.0, "standard")
 
@@ -145,7 +146,7 @@ def test_an_unknown_marker_keyword_or_a_bad_value_is_one_clear_error():
     with pytest.raises(InputError) as err:
         settings.check_marker((), {"sample": 5})
     assert str(err.value) == ("@pytest.mark.specverify takes keyword settings seed, samples, alpha, timeout, checks, "
-                              "size, stop, power_tv, fail_fast, model, plain_url, law_model, got 'sample'")
+                              "size, stop, power_tv, fail_fast, model, plain_url, law_model, rare_rate, got 'sample'")
     with pytest.raises(InputError, match=r"takes keyword settings .* got 5"):
         settings.check_marker((5,), {})
     with pytest.raises(InputError) as err:

@@ -114,6 +114,9 @@ class Context:
     check_level: float | None = None    # a decisive audit's alpha share of one check (alpha / checks run):
                                     # a check whose rows stop their own draws early (far_tail) divides it by
                                     # its statistical rows; None in a fixed audit (draw the whole budget)
+    rare_rate: float = DEFAULTS.rare_rate   # the rare_event rows' target rate (`checks.rare_event`)
+    shards: object = None           # callable(func, specs) -> [func(engine, ctx, spec) for spec in specs], run
+                                    # where the executor puts them (`specverify.executors`); None: here, in order
     model: str | None = None        # server audits: the model asked for (`settings.model`)
     plain_url: str | None = None    # server audits: the plain server (`settings.plain_url`)
     state: AuditState = field(default_factory=AuditState, compare=False, repr=False)

@@ -52,6 +52,17 @@ def register(sub) -> None:
     p.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="checks run side by side, each job with an adapter process of its own; results are "
                         "identical to --jobs 1 (default: the number of CPU cores)")
+    p.add_argument("--executor", default="local", metavar="local|ray[:ADDRESS]",
+                   help="where the checks run: local (this host, --jobs adapter processes; the default) or ray "
+                        "(a Ray cluster: this host's, or the head node's GCS at ADDRESS = HOST:PORT; each adapter in "
+                        "an actor of its own, the same rows; pip install 'specverify[ray]'; docs/ray.md)")
+    p.add_argument("--ray-cpus-per-adapter", type=float, default=1.0, metavar="N",
+                   help="with --executor ray: CPUs each adapter actor asks the cluster for (default 1)")
+    p.add_argument("--ray-gpus-per-adapter", type=float, default=0.0, metavar="N",
+                   help="with --executor ray: GPUs each adapter actor asks the cluster for (default 0)")
+    p.add_argument("--ray-actors", type=int, default=None, metavar="N",
+                   help="with --executor ray: adapter actors at most (default: as many as the cluster's CPUs and "
+                        "GPUs fit)")
     p.add_argument("--in-process", action="store_true",
                    help="run the adapter in the audit's own process, not in a worker process of its own (for "
                         "debugging: a hang that holds the GIL then ignores --timeout, a crash ends the audit)")
@@ -126,10 +137,14 @@ def run(args) -> int:
     if given.get("fail_fast") and given.get("stop") != "decisive":
         raise InputError("--fail-fast needs --stop decisive (with fixed budgets every statistical row is decided "
                          "at the end, by Holm)")
+    from specverify.executors import parse
+    executor = parse(args.executor, cpus_per_adapter=args.ray_cpus_per_adapter,
+                     gpus_per_adapter=args.ray_gpus_per_adapter, actors=args.ray_actors)
+    executor.connect()              # ray missing or the cluster unreachable: exit 2 before any work
     progress = Progress(quiet=args.quiet)
     try:
         result = prepare(args.engine, given, progress=progress, label=lambda name: spelled(name, "audit"),
-                         isolated=not args.in_process).run(jobs=1 if args.in_process else jobs)
+                         isolated=not args.in_process).run(jobs=1 if args.in_process else jobs, executor=executor)
     finally:
         progress.done()
     if args.json:

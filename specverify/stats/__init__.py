@@ -5,6 +5,8 @@
 - `min_detectable_w`, `min_detectable_tv`, `power_at`: what a test of n samples is sure to catch (power.py).
 - `holm`: Holm's step-down family-wise control over several tests (holm.py).
 - `binomial_test`: exact two-sided binomial test, e.g. acceptance rate vs 1 - TV(p, q) (binomial.py).
+- `rate_bound`, `draws_for_rate`, `detection_probability`: exact Clopper-Pearson bounds on a rare
+  event's rate and the draws a bound needs (rare.py).
 - `MultinomialEProcess`, `RateEProcess`, `TwoSampleEProcess`, `family_rejections`, `run_sequential`:
   anytime-valid e-processes, valid under continuous monitoring, with their stated power
   (`sequential_min_detectable_tv`, `sequential_n_for_tv`; sequential.py).
@@ -18,7 +20,8 @@ from .chisquare import DEFAULT_MC_SAMPLES, gtest, observed_counts, pearson, pool
 from .errors import ImpossibleObservation
 from .holm import holm
 from .power import min_detectable_tv, min_detectable_w, noncentrality_needed, power_at
-from .results import BinomialResult, EProcessResult, FamilyResult, GofResult, HolmResult, SequentialRun
+from .rare import detection_probability, draws_for_rate, rate_bound
+from .results import BinomialResult, EProcessResult, RateBoundResult, FamilyResult, GofResult, HolmResult, SequentialRun
 from .sequential import (
     BUDGET,
     POWERED,
@@ -41,6 +44,10 @@ from .sequential import n_for_tv as sequential_n_for_tv
 __all__ = [
     "BUDGET",
     "BinomialResult",
+    "RateBoundResult",
+    "detection_probability",
+    "draws_for_rate",
+    "rate_bound",
     "EProcessResult",
     "FamilyResult",
     "MultinomialEProcess",

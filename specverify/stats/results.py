@@ -110,6 +110,24 @@ class BinomialResult(_ToDict):
 
 
 @dataclass(frozen=True, eq=False)
+class RateBoundResult(_ToDict):
+    """Exact one-sided Clopper-Pearson bounds on an event rate (`stats.rare.rate_bound`).
+
+    events, n      the events seen in n independent draws.
+    alpha          the level: P(true rate <= upper) >= 1 - alpha, and the same for lower.
+    rate           events / n.
+    upper, lower   the one-sided bounds (lower = 0 with no event; upper = 1 - alpha ** (1 / n) then).
+    """
+
+    events: int
+    n: int
+    alpha: float
+    rate: float
+    upper: float
+    lower: float
+
+
+@dataclass(frozen=True, eq=False)
 class EProcessResult(_ToDict):
     """The state of an e-process (an anytime-valid test) after its latest batch of samples.
 

@@ -1,0 +1,35 @@
+"""A seeded-level mutant with a planted coin-endpoint bug at rate 1e-5 (not in the zoo's catalogue: a rare
+event is caught only by drawing about 1e6 requests, beyond the zoo's 10 s a mutant).
+
+The bug class is the zoo's mutant 8 (coin-one-past-cdf: SGLang's seeded path cast its coins to float32,
+which rounds the largest ones to exactly 1.0, and a 1.0 coin walks past the last CDF bucket), planted at
+a rate a test can reach: the final coin of each seeded request is rounded to the nearest multiple of
+1 / FINAL_STEPS, so u >= 1 - 1e-5 becomes exactly 1.0, and the draw clamps a walk past the end to id
+V - 1 (not to the last id of positive weight). With injected coins (all below 1) it is exact; in seeded
+mode one request in 1e5 emits id V - 1 even where it has probability 0.
+
+    specverify audit tests/plugins/rare_endpoint.py:PlantedEndpoint --checks rare_event --rare-rate 1e-5
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specverify.reference.batch import Coins
+from specverify.reference.vector import VectorSampler
+
+FINAL_STEPS = 50_000        # the final coin's grid: round(u * 5e4) / 5e4 is 1.0 for u >= 1 - 1e-5
+PLANTED_RATE = 1e-5         # the chance a seeded request's final coin is exactly 1.0
+
+
+class PlantedEndpoint(VectorSampler):
+    name = "planted-endpoint-1e-5"
+
+    def seeded_coins(self, batch, seeds):
+        coins = super().seeded_coins(batch, seeds)
+        return Coins(coins.accept, np.round(coins.final * FINAL_STEPS) / FINAL_STEPS)
+
+    def draw(self, w, coin):
+        cdf = np.cumsum(w, axis=1)
+        token = (cdf <= (np.asarray(coin) * cdf[:, -1])[:, None]).sum(axis=1)
+        return np.minimum(token, w.shape[1] - 1)
