@@ -186,6 +186,17 @@ def test_known_law_from_name_or_law_model_and_none_otherwise(dest):
         known_law("my-model", "nowhere")
 
 
+def test_a_law_too_large_to_enumerate_is_a_skip_listed_as_not_covered():
+    from types import SimpleNamespace
+
+    from specverify.battery.base import Context
+    from specverify.checks.server import law_rows
+    from specverify.server.audit import KnownLaw
+    engine = SimpleNamespace(law=KnownLaw(None, 64, "tiny-llama:64,1 target"), client=SimpleNamespace(model="m"))
+    rows = law_rows(engine, Context())
+    assert [r.verdict for r in rows] == ["skip"] and rows[0].data["not_covered"] and "64^4 runs" in rows[0].detail
+
+
 def test_law_model_is_refused_for_an_adapter(capsys, dest):
     assert "server audit" in _one_line_exit_2(capsys, ["audit", "reference", "--law-model", str(dest)])
 

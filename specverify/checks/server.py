@@ -49,6 +49,7 @@ NEEDLE_FILLERS = 16
 FILLER_EXTRA_TOKENS = 8        # fillers run this much longer than the probe (within a toy model's context of 31)
 LAW_PROMPT = (1,)
 LAW_TOKENS = 4
+MAX_LAW_SEQUENCES = 4096       # V^LAW_TOKENS runs enumerated by the exact law: V <= 8
 RUNS_PER_REQUEST = 50          # choices per request (n) where the server gives distinct seeded choices
 MIN_RUNS = 500
 RUNS_PER_SAMPLE = 20           # runs per row = samples // RUNS_PER_SAMPLE
@@ -210,6 +211,10 @@ def law_rows(engine, ctx) -> list:
     if known is None:
         return [skip("server.law", f"model {engine.client.model!r} has no law the audit knows (serve tiny:V,SEED or "
                                    "a `specverify models write` folder, or name it with --law-model)")]
+    if known.vocab ** LAW_TOKENS > MAX_LAW_SEQUENCES:
+        return [skip("server.law", f"the law of {known.source} spans {known.vocab}^{LAW_TOKENS} runs, more than "
+                                   f"{MAX_LAW_SEQUENCES} (serve a model of at most "
+                                   f"{int(MAX_LAW_SEQUENCES ** (1 / LAW_TOKENS) + 1e-9)} tokens for server.law)")]
     s = engine.support
     if not s["token_ids"]:
         return [skip("server.law", "the server returns no token ids")]
