@@ -128,8 +128,9 @@ class HF:
         kw = {} if draft is None else {"assistant_model": draft, "num_assistant_tokens": KAPPA,
                                        "num_assistant_tokens_schedule": "constant"}
         with torch.no_grad():
-            out = model.generate(torch.tensor([list(prompt)]), do_sample=False, max_new_tokens=n, min_new_tokens=n,
-                                 **kw)
+            ids = torch.tensor([list(prompt)])
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n,
+                                 min_new_tokens=n, **kw)
         return [int(t) for t in out[0, len(prompt):]]
 
     def sampler(self, model, draft, n, length):
@@ -140,7 +141,9 @@ class HF:
             for r in range(n):
                 torch.manual_seed(SEED + 1000 * i + r)
                 with torch.no_grad():
-                    g = model.generate(torch.tensor([list(prompt)]), do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                    ids = torch.tensor([list(prompt)])        # the mask given: token 0 is the pad id, not padding
+                    g = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0,
+                                       top_k=0, top_p=1.0,
                                        max_new_tokens=length, min_new_tokens=length, assistant_model=draft,
                                        num_assistant_tokens=LAW_KAPPA, num_assistant_tokens_schedule="constant")
                 out[r] = g[0, len(prompt):].numpy()
@@ -311,9 +314,10 @@ def greedy_row(eng, model, draft, prompts, label) -> CheckResult:
                        seconds=time.perf_counter() - t0, detail=detail)
 
 
-def run_engine(engine: str, runs: int) -> dict:
+def run_engine(engine: str, runs: int, families=None) -> dict:
     from specverify.battery.window_laws import law_rows
-    cls, families = ENGINES[engine]
+    cls, known = ENGINES[engine]
+    families = known if families is None else families
     eng = cls()
     out = {"engine": eng.name, "version": eng.version, "families": {}}
     for family in families:
@@ -363,13 +367,22 @@ def main(argv=None) -> int:
     ap.add_argument("engine", choices=sorted(ENGINES))
     ap.add_argument("--out", default="reports")
     ap.add_argument("--runs", type=int, default=600, help="runs per law row (default 600)")
+    ap.add_argument("--families", default=None, help="comma-separated families (default: every one the engine runs)")
     args = ap.parse_args(argv)
     if args.runs < 1:
         print("state_families: --runs must be >= 1", file=sys.stderr)
         return 2
     from specverify.io import write_atomic
-    res = run_engine(args.engine, args.runs)
+    fams = None if args.families is None else tuple(args.families.split(","))
+    bad = [f for f in fams or () if f not in ENGINES[args.engine][1]]
+    if bad:
+        print(f"state_families: family {bad[0]!r} not run on {args.engine} (known: {', '.join(ENGINES[args.engine][1])})",
+              file=sys.stderr)
+        return 2
+    res = run_engine(args.engine, args.runs, fams)
     folder = Path(args.out) / f"{args.engine}-state-{res['version']}"
+    if fams is not None:
+        folder = folder / "-".join(fams)
     folder.mkdir(parents=True, exist_ok=True)
     write_atomic(str(folder / "audit.json"), json.dumps(res, indent=1, default=str))
     lines = [f"{res['engine']} {res['version']} on the state families", ""]

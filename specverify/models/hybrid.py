@@ -47,6 +47,7 @@ def _config(vocab: int) -> dict:
                 num_hidden_layers=len(LAYER_TYPES), num_attention_heads=tiny.HEADS,
                 num_key_value_heads=tiny.KV_HEADS, max_position_embeddings=tiny.MAX_POSITIONS, norm_eps=1e-5,
                 layer_types=list(LAYER_TYPES), conv_L_cache=CONV_CACHE, conv_bias=False, block_auto_adjust_ff_dim=False,
+                block_dim=tiny.HIDDEN, block_ff_dim=tiny.INTERMEDIATE,     # MLX-LM's lfm2 reads these two
                 tie_word_embeddings=False, eos_token_id=None, bos_token_id=None, pad_token_id=None)
 
 
@@ -54,7 +55,7 @@ def _params(vocab, seed, draft_of, noise) -> dict:
     return {"vocab": int(vocab), "seed": int(seed),
             "draft_of": None if draft_of is None else str(Path(draft_of).resolve()),
             "noise": float(noise) if draft_of is not None else None,
-            "arch": [tiny.HIDDEN, tiny.INTERMEDIATE, list(LAYER_TYPES), CONV_CACHE, tiny.HEADS, tiny.KV_HEADS,
+            "arch": ["lfm2+block_dim", tiny.HIDDEN, tiny.INTERMEDIATE, list(LAYER_TYPES), CONV_CACHE, tiny.HEADS, tiny.KV_HEADS,
                      tiny.LOGIT_STD]}
 
 
