@@ -142,3 +142,21 @@ def test_the_hybrid_family_float32_forward_is_the_float64_law_within_1e_5():
     assert np.abs(flat - law.logits(tuple(seq))).max() > 0.1
     with pytest.raises(InputError, match="not a folder written by models.hybrid.build"):
         hybrid.params_of(target.parent)
+
+
+@pytest.mark.slow
+def test_transformers_teacher_forced_rows_on_the_hybrid_family_and_their_negative_control():
+    """`findings.state_families` on transformers' LFM2: the verify chunk and every rollback[j] agree with
+    plain decode within TOL, and the same rows without the rollback fail (their control rows pass by
+    differing), so the rows can see a state left unrolled."""
+    from specverify.findings import state_families as sf
+
+    eng = sf.HF()
+    target, _ = sf.family_folders("hybrid", sf.VOCAB)
+    model = eng.load("hybrid", target)
+    prompts = sf.greedy_prompts(sf.VOCAB)[:1]
+    rows = sf.teacher_forced_rows(eng, "hybrid", model, prompts, "t,hybrid")
+    assert [r.verdict for r in rows] == ["pass"] * (1 + sf.KAPPA), [r.detail for r in rows]
+    assert all(r.data["max_abs"] < 1e-5 for r in rows)
+    control = sf.teacher_forced_rows(eng, "hybrid", model, prompts, "t,hybrid", control=True)
+    assert len(control) == sf.KAPPA and all(r.verdict == "pass" and r.data["max_abs"] > 0.1 for r in control)
