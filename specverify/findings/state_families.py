@@ -96,7 +96,7 @@ class HF:
         self.torch, self.version = torch, transformers.__version__
 
     def load(self, family, folder):
-        from specverify.models import hybrid, sliding
+        from specverify.models import hybrid
         if _is_hybrid(family):
             m = hybrid.load(folder, "float32")
         else:
