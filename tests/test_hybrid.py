@@ -111,3 +111,52 @@ def test_each_state_mutant_fails_the_rows_its_bug_reaches(name):
     first = next(r for r in [width, *back] if r.verdict == "fail")
     d = first.data["drafted"]["first_divergence"]
     assert d["step"] is not None and d["chunk_position"] is not None        # localised: step and chunk position
+
+
+@pytest.mark.slow
+def test_the_hybrid_family_float32_forward_is_the_float64_law_within_1e_5():
+    """The LFM2 folder (`models.hybrid`) in float32 through transformers' cached decode (conv state + KV
+    cache, one token a step) against the float64 law of the whole prefix: within 1e-5 in every row
+    (measured ~1e-6); zeroing the short convolutions moves the logits O(0.1), so the state matters."""
+    import torch
+
+    from specverify.models import hybrid
+
+    target, draft = hybrid.pair_folders(None, vocab=16, seed=3)
+    assert hybrid.params_of(draft)["draft_of"] == str(target.resolve())
+    law = hybrid.tabulated(target)
+    model = hybrid.load(target)
+    seq = np.random.default_rng(0).integers(0, 16, 20).tolist()
+    gap, cache = 0.0, None
+    with torch.no_grad():
+        for t in range(len(seq)):
+            out = model(torch.tensor([[seq[t]]]), past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            gap = max(gap, float(np.abs(out.logits[0, -1].double().numpy() - law.logits(tuple(seq[:t + 1]))).max()))
+    assert 0 < gap < 1e-5
+    with torch.no_grad():
+        for layer in model.model.layers:
+            if hasattr(layer, "conv"):
+                layer.conv.conv.weight.zero_()
+        flat = model(torch.tensor([seq])).logits[0, -1].double().numpy()
+    assert np.abs(flat - law.logits(tuple(seq))).max() > 0.1
+    with pytest.raises(InputError, match="not a folder written by models.hybrid.build"):
+        hybrid.params_of(target.parent)
+
+
+@pytest.mark.slow
+def test_transformers_teacher_forced_rows_on_the_hybrid_family_and_their_negative_control():
+    """`findings.state_families` on transformers' LFM2: the verify chunk and every rollback[j] agree with
+    plain decode within TOL, and the same rows without the rollback fail (their control rows pass by
+    differing), so the rows can see a state left unrolled."""
+    from specverify.findings import state_families as sf
+
+    eng = sf.HF()
+    target, _ = sf.family_folders("hybrid", sf.VOCAB)
+    model = eng.load("hybrid", target)
+    prompts = sf.greedy_prompts(sf.VOCAB)[:1]
+    rows = sf.teacher_forced_rows(eng, "hybrid", model, prompts, "t,hybrid")
+    assert [r.verdict for r in rows] == ["pass"] * (1 + sf.KAPPA), [r.detail for r in rows]
+    assert all(r.data["max_abs"] < 1e-5 for r in rows)
+    control = sf.teacher_forced_rows(eng, "hybrid", model, prompts, "t,hybrid", control=True)
+    assert len(control) == sf.KAPPA and all(r.verdict == "pass" and r.data["max_abs"] > 0.1 for r in control)

@@ -35,7 +35,6 @@ import numpy as np
 import torch
 
 from specverify.errors import InputError
-from specverify.kernels.quant import embedding_rows
 
 from .kv_cache import SeqKV
 from .layout import StepBatch

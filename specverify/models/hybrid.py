@@ -42,28 +42,30 @@ def root() -> Path:
     return cache.root() / "tiny-hybrid"
 
 
-def _config(vocab: int) -> dict:
+def _config(vocab: int, tied: bool = False) -> dict:
     return dict(vocab_size=vocab, hidden_size=tiny.HIDDEN, intermediate_size=tiny.INTERMEDIATE,
                 num_hidden_layers=len(LAYER_TYPES), num_attention_heads=tiny.HEADS,
                 num_key_value_heads=tiny.KV_HEADS, max_position_embeddings=tiny.MAX_POSITIONS, norm_eps=1e-5,
                 layer_types=list(LAYER_TYPES), conv_L_cache=CONV_CACHE, conv_bias=False, block_auto_adjust_ff_dim=False,
-                tie_word_embeddings=False, eos_token_id=None, bos_token_id=None, pad_token_id=None)
+                block_dim=tiny.HIDDEN, block_ff_dim=tiny.INTERMEDIATE,     # MLX-LM's lfm2 reads these two
+                tie_word_embeddings=bool(tied), eos_token_id=None, bos_token_id=None, pad_token_id=None)
 
 
-def _params(vocab, seed, draft_of, noise) -> dict:
-    return {"vocab": int(vocab), "seed": int(seed),
+def _params(vocab, seed, draft_of, noise, tied=False) -> dict:
+    return {"vocab": int(vocab), "seed": int(seed), "tied": bool(tied),
             "draft_of": None if draft_of is None else str(Path(draft_of).resolve()),
             "noise": float(noise) if draft_of is not None else None,
-            "arch": [tiny.HIDDEN, tiny.INTERMEDIATE, list(LAYER_TYPES), CONV_CACHE, tiny.HEADS, tiny.KV_HEADS,
+            "arch": ["lfm2+block_dim", tiny.HIDDEN, tiny.INTERMEDIATE, list(LAYER_TYPES), CONV_CACHE, tiny.HEADS, tiny.KV_HEADS,
                      tiny.LOGIT_STD]}
 
 
-def build(folder, vocab: int, seed: int, *, draft_of=None, noise: float = tiny.DRAFT_NOISE) -> Path:
-    """Write a tiny hybrid HF folder (atomically); a folder built with the same parameters is kept."""
+def build(folder, vocab: int, seed: int, *, draft_of=None, noise: float = tiny.DRAFT_NOISE, tied: bool = False) -> Path:
+    """Write a tiny hybrid HF folder (atomically); a folder built with the same parameters is kept.
+    `tied`: the head is the embedding (MLX-LM's lfm2 has no separate head: it loads only tied folders)."""
     if not 2 <= int(vocab) <= 4096:
         raise InputError(f"tiny_hybrid: vocab {vocab} outside [2, 4096]")
     folder = Path(folder)
-    params = _params(vocab, seed, draft_of, noise)
+    params = _params(vocab, seed, draft_of, noise, tied)
     stamp = folder / STAMP
     if stamp.exists() and json.loads(stamp.read_text()) == params:
         return folder
@@ -72,14 +74,14 @@ def build(folder, vocab: int, seed: int, *, draft_of=None, noise: float = tiny.D
     with cache.building(folder), tiny.TORCH_LOCK:
         if stamp.exists() and json.loads(stamp.read_text()) == params:
             return folder
-        return _build(folder, int(vocab), int(seed), draft_of, float(noise), params)
+        return _build(folder, int(vocab), int(seed), draft_of, float(noise), params, bool(tied))
 
 
-def _build(folder: Path, vocab: int, seed: int, draft_of, noise: float, params: dict) -> Path:
+def _build(folder: Path, vocab: int, seed: int, draft_of, noise: float, params: dict, tied: bool) -> Path:
     import torch
     from transformers import Lfm2Config, Lfm2ForCausalLM
 
-    config = Lfm2Config(**_config(vocab), torch_dtype="float32")
+    config = Lfm2Config(**_config(vocab, tied), torch_dtype="float32")
     gen = torch.Generator().manual_seed(int(seed))
     model = Lfm2ForCausalLM(config).float().eval()
     with torch.no_grad():
@@ -143,10 +145,10 @@ def tabulated(folder, name: str | None = None):
     return TabulatedModel(vocab, logits_fn, name or folder.name, handle=folder)
 
 
-def pair_folders(where=None, vocab: int = 4, seed: int = 0, *, noise: float = tiny.DRAFT_NOISE):
-    """(target folder, draft folder) over `vocab` tokens, under `where` (default `root()`)."""
+def pair_folders(where=None, vocab: int = 4, seed: int = 0, *, noise: float = tiny.DRAFT_NOISE, tied: bool = False):
+    """(target folder, draft folder) over `vocab` tokens, under `where` (default `root()`); `tied`: see `build`."""
     where = Path(where) if where is not None else root()
-    tag = f"V{vocab}-s{seed}"
-    target = build(where / f"target-{tag}", vocab, seed)
-    draft = build(where / f"draft-{tag}-n{noise}", vocab, seed + 1, draft_of=target, noise=noise)
+    tag = f"V{vocab}-s{seed}" + ("-tied" if tied else "")
+    target = build(where / f"target-{tag}", vocab, seed, tied=tied)
+    draft = build(where / f"draft-{tag}-n{noise}", vocab, seed + 1, draft_of=target, noise=noise, tied=tied)
     return target, draft
