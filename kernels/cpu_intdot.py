@@ -26,7 +26,7 @@ is floating point.
 Why IR and not a numba loop: numba types an integer product as int64 and its loops over int8
 weights stayed scalar or on narrow lanes (the int32 and int16-pair loops measured 6-25x slower
 than the fp32 kernel at the head's shape); the explicit vector types give LLVM the form it maps to
-`vpmaddwd` directly (inspect with `numba_asm` in `tests/test_kernels_q8.py`).
+`vpmaddwd` directly (see it with `cpu_linear_q8._q8_0_serial.inspect_asm(sig)`).
 """
 
 from __future__ import annotations
