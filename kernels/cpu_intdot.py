@@ -26,7 +26,7 @@ is floating point.
 Why IR and not a numba loop: numba types an integer product as int64 and its loops over int8
 weights stayed scalar or on narrow lanes (the int32 and int16-pair loops measured 6-25x slower
 than the fp32 kernel at the head's shape); the explicit vector types give LLVM the form it maps to
-`vpmaddwd` directly (inspect with `numba_asm` in `tests/test_kernels_q8.py`).
+`vpmaddwd` directly (see it with `cpu_linear_q8._q8_0_serial.inspect_asm(sig)`).
 """
 
 from __future__ import annotations
@@ -42,6 +42,9 @@ BLOCK = 32
 """Weights per block along K."""
 PAIR_STEPS = BLOCK // 2
 """k-pairs per block."""
+PREFETCH_BYTES = 4096
+"""How far ahead of the block being summed its panel's weights are prefetched (the step streams
+~100 MB of weights from memory once; 4 KB ahead measured best of 1, 2, 4 KB here)."""
 MAX_ROWS = 4
 """Most rows of x one call takes: each loaded weight pair is used by all of them (ROW_BLOCK)."""
 
@@ -69,6 +72,17 @@ def _pair_sum(builder, w16, x16_ptr, k):
     return builder.add(builder.shuffle_vector(prod, prod, _EVEN), builder.shuffle_vector(prod, prod, _ODD))
 
 
+def _prefetch(builder, w_ptr, nbytes):
+    """Hint the cache lines PREFETCH_BYTES past this block's weights (the panel's next blocks: the
+    weights stream from memory once per step). A hint only: no effect on any value, and no fault
+    past the array's end."""
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), _I32, _I32, _I32]), "llvm.prefetch.p0")
+    base = builder.bitcast(w_ptr, ir.IntType(8).as_pointer())
+    for line in range(0, nbytes, 64):
+        builder.call(fn, [builder.gep(base, [ir.Constant(_I32, PREFETCH_BYTES + line)]), ir.Constant(_I32, 0),
+                          ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
+
+
 def _load_pair(builder, w_ptr, step):
     return builder.load(builder.bitcast(builder.gep(w_ptr, [ir.Constant(_I32, 2 * PANEL_N * step)]),
                                         _W_BYTES.as_pointer()), align=1)
@@ -84,7 +98,7 @@ def _typed(x16, i, ldx, w, j, isum, rows, wdtype):
     return types.void(x16, i, ldx, w, j, isum, rows)
 
 
-def _block(context, builder, sig, args, steps):
+def _block(context, builder, sig, args, steps, block_bytes):
     """Shared codegen: `steps(builder, pw, pair_sum)` yields the weight pairs (w16 <64 x i16>, k) of
     the block; every row r of the `rows` rows (x16 offset i + r * ldx) multiplies each pair once it
     is loaded, into its own accumulator, stored to isum[32 r .. 32 r + 31]."""
@@ -93,6 +107,7 @@ def _block(context, builder, sig, args, steps):
     px = [builder.gep(x_ary.data, [builder.add(args[1], builder.mul(args[2], ir.Constant(args[2].type, r)))])
           for r in range(rows)]
     pw = _ptr(context, builder, sig.args[3], args[3], args[4])
+    _prefetch(builder, pw, block_bytes)
     acc = [ir.Constant(_ACC, [0] * PANEL_N) for _ in range(rows)]
     for w16, k in steps(builder, pw):
         for r in range(rows):
@@ -123,7 +138,7 @@ def block_q8_0(typingctx, x16, i, ldx, q, j, isum, rows):
     sig = _typed(x16, i, ldx, q, j, isum, rows, types.int8)
     if sig is None:
         return None
-    return sig, lambda context, builder, sig, args: _block(context, builder, sig, args, _q8_0_steps)
+    return sig, lambda context, builder, sig, args: _block(context, builder, sig, args, _q8_0_steps, 2 * PANEL_N * PAIR_STEPS)
 
 
 @intrinsic
@@ -132,7 +147,7 @@ def block_q4_1(typingctx, x16, i, ldx, nib, j, isum, rows):
     sig = _typed(x16, i, ldx, nib, j, isum, rows, types.uint8)
     if sig is None:
         return None
-    return sig, lambda context, builder, sig, args: _block(context, builder, sig, args, _q4_1_steps)
+    return sig, lambda context, builder, sig, args: _block(context, builder, sig, args, _q4_1_steps, PANEL_N * PAIR_STEPS)
 
 
 @intrinsic

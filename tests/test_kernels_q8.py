@@ -141,12 +141,24 @@ def test_the_registry_lists_every_quantized_shape_of_smollm2():
     assert all(s.sizes(invariance.FULL_SIZES) == tuple(range(1, 65)) for s in Q_SHAPES)
 
 
-@pytest.mark.parametrize("shape", Q_SHAPES, ids=[f"{s.args['k']}->{s.args['n']}" for s in Q_SHAPES])
+_HEAD_SIZES = (1, 2, 3, 4, 5, 7, 8, 16, 17, 33, 64)
+"""Launch sizes of the head's fast check: every remainder of the 4-row blocks, and 64 (the full
+M = 1..64 run of the head takes ~30 s on the loaded 2 cores: marked slow)."""
+
+
+@pytest.mark.parametrize("shape", [pytest.param(s, marks=pytest.mark.slow) if s.args["quant"] == quant.Q8_0 else s
+                                   for s in Q_SHAPES], ids=[f"{s.args['k']}->{s.args['n']}" for s in Q_SHAPES])
 def test_every_quantized_shape_of_smollm2_is_invariant_for_m_1_to_64(q8, shape):
     r = invariance.check(q8, "linear_q8", sizes=shape.sizes(invariance.FULL_SIZES), **shape.args)
     assert r.ok and r.rows_compared >= 64 * 65, r.first
     a = accuracy_check.case_accuracy(q8, "linear_q8", OPS["linear_q8"].case(0, **shape.args))
     assert a.ok and a.max_err_over_bound > 0.01, a                     # within the bound, and not vacuously
+
+
+def test_the_q8_0_head_is_invariant_at_every_row_block_remainder(q8):
+    shape = next(s for s in Q_SHAPES if s.args["quant"] == quant.Q8_0)
+    r = invariance.check(q8, "linear_q8", sizes=_HEAD_SIZES, **shape.args)
+    assert r.ok and r.rows_compared >= 2 * sum(_HEAD_SIZES), r.first
 
 
 def test_negative_control_default_emulation_is_not_invariant():
