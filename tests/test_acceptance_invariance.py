@@ -93,17 +93,20 @@ def test_an_exact_output_with_acceptance_depending_on_a_knob_is_exact_but_slow()
 
 
 def test_an_adapter_without_knobs_is_not_covered_never_passed():
-    result = run_audit(ReferenceEngine(), Context(samples=SAMPLES), CHECK)
-    rows = [r for r in result.checks if r.check == "acceptance_invariance"]
-    assert len(rows) == len(ai.KNOBS) and all(r.verdict == "skip" for r in rows)
-    assert result.not_covered.get("acceptance_invariance")
+    # alone, the check decides nothing for it: an error naming the missing knob, never a pass
+    with pytest.raises(AdapterError, match="declares no 'prefix_cache' knob"):
+        run_audit(ReferenceEngine(), Context(samples=SAMPLES), CHECK)
+    rows = ai.run(ReferenceEngine(), Context(samples=SAMPLES))
+    assert len(rows) == len(ai.KNOBS) and all(r.verdict == "skip" and r.data["not_covered"] for r in rows)
 
 
 def test_an_unknown_knob_is_an_adapter_error():
     class Typo(OurEngine):
         acceptance_knobs = {"prefix_cahce"}
+    from specverify.adapters.protocol import check_adapter
     with pytest.raises(AdapterError, match="unknown acceptance knob"):
-        run_audit(Typo(), Context(samples=SAMPLES), CHECK)
+        check_adapter(Typo(), "typo")
+    check_adapter(OurEngine(), "ours")                  # the real declaration is accepted
 
 
 def test_totals_only_counters_are_a_skip():
