@@ -12,6 +12,9 @@ must declare it):
     CAPPED   the first token comes from the prefill (a plain step, no drafts); every later step drafts
              min(kappa, length - emitted - 1), a step with 0 drafts is a plain decode
              (`specverify.engine`; vLLM caps drafts by the tokens left the same way)
+    TOKENS_LEFT  every step, the first included, drafts min(kappa, length - emitted - 1) (transformers'
+             assisted generation: the target verifies the first drafts with the prompt, no plain prefill;
+             `AssistedCandidateGenerator._calculate_new_tokens`)
 
 The law of one run is the law of its **trace**, the tuple of (k, m) of its verify steps in order,
 by recursion over the prefix tree: P(trace) = sum over the emitted sequences that give it of the
@@ -46,7 +49,8 @@ from .transforms import Transform
 
 FIXED = "fixed"
 CAPPED = "capped"
-SCHEDULES = (FIXED, CAPPED)
+TOKENS_LEFT = "tokens-left"
+SCHEDULES = (FIXED, CAPPED, TOKENS_LEFT)
 
 C_DRAFT = 0.165
 """The draft's cost per token over the target's the speed-up is stated at when none is given: the seed's
@@ -63,7 +67,7 @@ def drafts_at(schedule: str, kappa: int, emitted: int, length: int) -> int:
     """Drafts of the step that starts after `emitted` tokens of a run of `length` (0: a plain step)."""
     if schedule == FIXED:
         return kappa
-    if emitted == 0:
+    if emitted == 0 and schedule == CAPPED:
         return 0                                    # the prefill emits the first token
     return max(0, min(kappa, length - emitted - 1))
 
@@ -309,4 +313,4 @@ def total_test(law: RunAcceptanceLaw, observed: int, n: int, level: float = 1e-3
 
 
 __all__ = ["LookupDrafter", "FIXED", "CAPPED", "SCHEDULES", "C_DRAFT", "RunAcceptanceLaw", "run_acceptance_law", "drafts_at",
-           "speedup", "sum_pmf", "total_test", "TotalTest", "check_schedule"]
+           "speedup", "sum_pmf", "total_test", "TotalTest", "check_schedule", "TOKENS_LEFT"]

@@ -160,7 +160,9 @@ def deviation_of(rows: list[CheckResult]) -> dict | None:
         one_step = all(r.law == RULE_LAW for r in failed)
         kind = OTHER_RULE if one_step and runs and all(r.verdict == PASS for r in runs) else BIASED
     speed = [(r.data or {}).get("acceptance") for r in failed if r.check == "engine_acceptance"]
-    if kind == OTHER_RULE and speed and all(r.check in SPEED_CHECKS for r in failed) and all(
+    arms = [((r.data or {}).get("acceptance_arms"), (r.data or {}).get("knob")) for r in failed
+            if r.check == "acceptance_invariance"]
+    if kind == OTHER_RULE and (speed or arms) and all(r.check in SPEED_CHECKS for r in failed) and all(
             a and a.get("direction") in ("below", "above") for a in speed):
         kind = ACCEPT_ABOVE if any(a["direction"] == "above" for a in speed) else EXACT_BUT_SLOW
     if kind == OTHER_RULE:
@@ -177,6 +179,10 @@ def deviation_of(rows: list[CheckResult]) -> dict | None:
         if kind in (EXACT_BUT_SLOW, ACCEPT_ABOVE):
             out["text"] += (f": E {a['E_observed']:.3f} vs exact {a['E_exact']:.3f}, speed-up S = E/(1 + kappa c) "
                             f"{a['S_observed']:.2f} vs {a['S_exact']:.2f} at kappa {a['kappa']}, c {a['c']:g}")
+    for a, knob in arms:
+        if a and kind == EXACT_BUT_SLOW:
+            out["text"] += (f"; acceptance depends on {knob}: E {a['E_a']:.3f} ({a['a']}) vs {a['E_b']:.3f} "
+                            f"({a['b']})")
     return out
 
 

@@ -22,7 +22,13 @@ def test_the_reference_passes_every_check_of_the_battery():
     assert all(by_check[c] for c in applicable), [c for c in applicable if not by_check[c]]
     # a row too few samples reach (zero-mass pos=2: ~18 of 200 000) tests nothing: inconclusive, listed
     thin = [r for r in result.checks if r.verdict == "skip" and r.data.get("inconclusive")]
-    bad = [(r.name, r.verdict, r.detail) for r in result.checks if r.verdict != "pass" and r not in thin]
+    # the toy engine has no prefix cache, no prefill and takes no long prompts: no acceptance knobs, its
+    # metamorphic acceptance rows are skips listed as not covered (tests/test_acceptance_invariance.py runs
+    # them on our engine)
+    knobless = [r for r in by_check["acceptance_invariance"] if r.verdict == "skip"]
+    assert len(knobless) == len(by_check["acceptance_invariance"]) and result.not_covered["acceptance_invariance"]
+    bad = [(r.name, r.verdict, r.detail) for r in result.checks
+           if r.verdict != "pass" and r not in thin and r not in knobless]
     assert not bad
     assert all(r.name in result.not_covered[r.check] or "more" in result.not_covered[r.check] for r in thin)
     assert result.verdict == "pass"

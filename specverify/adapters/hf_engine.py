@@ -14,8 +14,9 @@ conditioned on a prefix that did not happen and the joint law shows it.
                   temperature 0 -> do_sample=False (greedy)
     runs          run i: torch.manual_seed(seed + i), prompt -> `length` new tokens, kappa drafts per
                   step (num_assistant_tokens, constant schedule)
-    info          {"num_drafted", "num_accepted"}: summed over transformers' own `_speculative_sampling`
-                  calls (observed, unchanged); absent for greedy runs
+    info          {"num_drafted", "num_accepted", "num_verifies", "verify_counts"}: from transformers' own
+                  `_speculative_sampling` calls (observed, unchanged), totals and each run's (drafted,
+                  accepted) per verify step; absent for greedy runs (that path does not call it)
 
 `transformers-lookup` is the same with prompt-lookup decoding (`prompt_lookup_num_tokens=kappa`, n-gram
 drafts from the sequence itself; the battery's draft model is not used): transformers then samples
@@ -114,6 +115,9 @@ def toy_lm(toy):
 class TransformersAssisted:
     name = "transformers-assisted"
     capabilities = {"engine"}
+    # no draft_schedule: transformers 5.24.0 drafted 3 tokens in a step with num_assistant_tokens=2 (1750 of
+    # 2000 runs of L = 4 had the one verify step (3, 2)), which no declared schedule models yet
+    # (docs/acceptance.md, "transformers")
     models = "toy"
     # the reference's processors transformers implements exactly (module docstring: how each is mapped)
     processors = {"repetition_penalty", "logit_bias", "banned_tokens", "banned_sequences", "min_tokens", "grammar",
@@ -151,11 +155,15 @@ class TransformersAssisted:
                                              top_p=transform.top_p if transform.top_p not in (None, 1.0) else None)
         proc_args = generate_kwargs(processors, len(prompt), length)
         real, counts = utils._speculative_sampling, [0, 0]
+        traces: list = [[] for _ in range(n)]      # per run: (drafted, accepted) of each verify step
+        run = [0]
 
         def observed(cand_ids, cand_logits, cand_len, new_logits, *a, **k):
             tokens, n_matches = real(cand_ids, cand_logits, cand_len, new_logits, *a, **k)
             counts[0] += int(cand_len)
             counts[1] += int(n_matches)
+            if int(cand_len):
+                traces[run[0]].append((int(cand_len), int(n_matches)))
             return tokens, n_matches
 
         ids = torch.tensor([list(prompt)], dtype=torch.long)
@@ -163,6 +171,7 @@ class TransformersAssisted:
         utils._speculative_sampling = observed
         try:
             for i in range(n):
+                run[0] = i
                 torch.manual_seed(int(seed) + i)
                 res = t_lm.generate(ids, do_sample=not greedy, max_new_tokens=length,
                                     attention_mask=torch.ones_like(ids), **spec, **sample_args, **proc_args)
@@ -172,7 +181,8 @@ class TransformersAssisted:
         finally:
             utils._speculative_sampling = real
         # prompt lookup never calls _speculative_sampling (it samples from p and compares): no counts
-        info = {} if greedy or self.lookup else {"num_drafted": counts[0], "num_accepted": counts[1]}
+        info = {} if greedy or self.lookup else {"num_drafted": counts[0], "num_accepted": counts[1],
+                                                 "num_verifies": sum(len(t) for t in traces), "verify_counts": traces}
         return out, info
 
 

@@ -74,6 +74,17 @@ Engine level -- a black box, no coin access (capability "engine"):
                         prefill emits the first token, then min(kappa, tokens left - 1)); without
                         it the acceptance law is not tested (listed as not covered); another value
                         is an error
+    acceptance_knobs    optional attribute: the knobs generate takes for the metamorphic acceptance
+                        rows (`checks.acceptance_invariance`), names from its KNOBS: "prefix_cache"
+                        (knobs={"prefix_cache": "cold" | "warm"}: no prefix-cache reuse, or the prompt
+                        cached in the target's and the drafter's caches before the runs), "prefill_chunk"
+                        (knobs={"prefill_chunk": None | C}: the prompt in one step, or at most C
+                        prompt tokens a step), "kappa_schedule" (knobs={"kappa_schedule": (c_1, ..)}:
+                        the step after the prefill drafts at most c_1, the next c_2, ..., cycling),
+                        "position" (no value: generate takes prompts of a few hundred tokens). Those
+                        rows pass first-order toy models (`reference.circulant`: `logits(prefix)`,
+                        `logits_after(last_tokens)`) and need "verify_counts"; a knob not declared is a
+                        SKIP listed as not covered, an unknown name an error
     The checks compare the joint law of the n runs with the target's exact autoregressive law.
 
 Engine level with logits processors (an adapter with "engine" that declares `processors`):
@@ -167,7 +178,7 @@ PROTOCOL = (
     # the one-request form of the tree rule, called once per request
     Method("verify_tree", ("tree", "target_probs", "draft_probs", "coins", "final_coin"), (TREE.capability,)),
     Method("verify_seeded", ("batch", "seeds"), ("seeded",)),
-    Method("generate", ("target", "draft", "prompt", "kappa", "transform", "seed", "n", "length", "processors"),
+    Method("generate", ("target", "draft", "prompt", "kappa", "transform", "seed", "n", "length", "processors", "knobs"),
            ("engine",)),
     Method("bitwise_info", (), required_by=("bitwise",)),     # specverify.adapters.bitwise_level
     Method("decode_greedy", ("request",), ("bitwise",)),
@@ -217,6 +228,7 @@ def check_adapter(adapter, what: str) -> None:
     check_models(adapter, what, caps)
     check_processors(adapter, what, caps)
     check_draft_schedule(adapter, what)
+    check_acceptance_knobs(adapter, what, caps)
 
 
 # what an engine-level adapter's `models` attribute may say: the toy tables, the same as torch modules,
@@ -245,6 +257,24 @@ def check_draft_schedule(adapter, what: str) -> None:
     schedule = getattr(adapter, "draft_schedule", None)
     if schedule is not None and schedule not in SCHEDULES:
         raise AdapterError(f"{what}: draft_schedule {schedule!r} is not one of {', '.join(SCHEDULES)}")
+
+
+def check_acceptance_knobs(adapter, what: str, caps) -> None:
+    """The `acceptance_knobs` declaration, if any: a collection of names from
+    `checks.acceptance_invariance.KNOBS`, on an adapter with the "engine" capability."""
+    from specverify.errors import AdapterError
+    from specverify.checks.acceptance_invariance import KNOBS
+
+    knobs = getattr(adapter, "acceptance_knobs", None)
+    if knobs is None:
+        return
+    if isinstance(knobs, (str, bytes)) or not hasattr(knobs, "__iter__"):
+        raise AdapterError(f"{what}: acceptance_knobs must be a set of names from {', '.join(KNOBS)}, got {knobs!r}")
+    unknown = sorted({str(k) for k in knobs if k not in KNOBS})
+    if unknown:
+        raise AdapterError(f"{what}: unknown acceptance knob(s) {', '.join(unknown)}; known: {', '.join(KNOBS)}")
+    if list(knobs) and "engine" not in caps:
+        raise AdapterError(f"{what}: declares acceptance_knobs but not the \"engine\" capability")
 
 
 def check_processors(adapter, what: str, caps) -> None:

@@ -74,6 +74,8 @@ class SpecverifyEngine:
     audit_defaults = {"samples": 100_000, "timeout": 3600.0, "size": "quick"}
     # drafts per step: the prefill emits the first token, then min(kappa, tokens left - 1) (`engine.scheduler`)
     draft_schedule = "capped"
+    # what generate(..., knobs=) varies for the metamorphic acceptance rows (`checks.acceptance_invariance`)
+    acceptance_knobs = {"prefix_cache", "prefill_chunk", "position", "kappa_schedule"}
     engine_class = None         # the engine `generate` runs (None: `engine.Engine`); the zoo plants bugs here
 
     def __init__(self):
@@ -113,7 +115,7 @@ class SpecverifyEngine:
             return (rng.random(k) if k else ()), rng.random()
         return self._verify(batch, coin_source)
 
-    def generate(self, target, draft, prompt, kappa, transform, seed, n, length, processors=None):
+    def generate(self, target, draft, prompt, kappa, transform, seed, n, length, processors=None, knobs=None):
         from specverify.engine import api
         from specverify.engine.engine import SamplingParams
         from specverify.reference.transforms import Transform
@@ -124,10 +126,14 @@ class SpecverifyEngine:
         sampling = [SamplingParams(temperature=transform.temperature, top_k=transform.top_k, top_p=transform.top_p,
                                    max_tokens=length, seed=int(s), **extra) for s in seeds]
         traces: list = [[] for _ in range(n)]
+        knobs = check_knobs(knobs)
+        engine_class = knob_engine(traced_engine(self.engine_class, traces), knobs.get("kappa_schedule"),
+                                   tuple(prompt) if knobs.get("prefix_cache") == WARM else None)
         res = api.generate(target, draft, [tuple(prompt)] * n, sampling=sampling,
                            spec=api.SpecOptions("draft", kappa=kappa),
-                           run=api.RunOptions(max_batch_size=min(n, 1024), seed=seed,
-                                              engine_class=traced_engine(self.engine_class, traces)))
+                           run=api.RunOptions(max_batch_size=min(n, 1024), seed=seed, engine_class=engine_class,
+                                              prefix_caching=knobs.get("prefix_cache") != COLD,
+                                              prefill_chunk=knobs.get("prefill_chunk")))
         tokens = np.full((n, length), PAD, np.int64)          # a run stopped early: PAD after its stop token
         for i, t in enumerate(res.tokens):
             tokens[i, :len(t)] = t
@@ -170,6 +176,57 @@ class SpecverifyEngine:
         return decode_greedy(model, request, backend=request.variant)
 
 
+COLD, WARM = "cold", "warm"
+WARM_ID = 1 << 40               # the warm-up request's id (never a run's)
+WARM_TOKENS = 3                 # the warm-up's tokens: a prefill and one verify step, so the drafter ingests
+                                # the prompt and commits its blocks too
+
+
+def check_knobs(knobs) -> dict:
+    """generate's `knobs` (`checks.acceptance_invariance`), checked: {} for None."""
+    from specverify.errors import InputError
+    knobs = dict(knobs or {})
+    unknown = sorted(set(knobs) - set(SpecverifyEngine.acceptance_knobs))
+    if unknown:
+        raise InputError(f"unknown acceptance knob(s) {', '.join(unknown)}")
+    if knobs.get("prefix_cache", COLD) not in (COLD, WARM):
+        raise InputError(f"prefix_cache {knobs['prefix_cache']!r}: {COLD!r} or {WARM!r}")
+    cycle = knobs.get("kappa_schedule")
+    if cycle is not None and (not len(cycle) or any(int(c) < 0 for c in cycle)):
+        raise InputError(f"kappa_schedule {cycle!r}: a non-empty cycle of draft caps >= 0")
+    return knobs
+
+
+def knob_engine(base, cycle, warm_prompt):
+    """`base` with the knobs of the metamorphic acceptance rows: `cycle` (the step after the prefill drafts
+    at most cycle[0], the next cycle[1], ... cycling; None: kappa every step) and `warm_prompt` (None, or
+    the prompt run once before the requests, greedily for WARM_TOKENS tokens, so that the target's and
+    the drafter's prefix caches hold it; its steps are left out of the metrics)."""
+    if cycle is None and warm_prompt is None:
+        return base
+    from specverify.engine.engine import SamplingParams
+    from specverify.engine.metrics import SpecMetrics
+
+    class Knobbed(base):
+        def __init__(self, target, proposer=None, **options):
+            super().__init__(target, proposer, **options)
+            if warm_prompt is not None:
+                sentinel = [target.sentinel] if hasattr(target, "sentinel") else []      # as api.generate encodes
+                self.add_request(sentinel + list(warm_prompt), SamplingParams(max_tokens=WARM_TOKENS, ignore_eos=True),
+                                 request_id=WARM_ID)
+                while self.has_unfinished():
+                    self.step()
+                self.metrics = SpecMetrics()
+
+        def _num_drafts(self, req, kappa):
+            k = super()._num_drafts(req, kappa)
+            if cycle is not None and k > 0:
+                k = min(k, int(cycle[(req.num_steps - 1) % len(cycle)]))
+            return k
+
+    return Knobbed
+
+
 def traced_engine(base, traces: list):
     """`base` (None: `engine.Engine`) recording each request's verify steps: traces[request id] gets
     (drafted, accepted) per step with >= 1 draft, in order (the `engine_acceptance` check's per-step counts)."""
@@ -178,7 +235,7 @@ def traced_engine(base, traces: list):
     class Traced(base or Engine):
         def _accept(self, req, rows, drafts, q_rows, p_rows):
             emitted, m = super()._accept(req, rows, drafts, q_rows, p_rows)
-            if len(drafts):
+            if len(drafts) and req.id < len(traces):          # not a warm-up request
                 traces[req.id].append((len(drafts), int(m)))
             return emitted, m
 

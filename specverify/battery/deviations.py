@@ -15,7 +15,8 @@ EXACT_BUT_SLOW = "exact-but-slow"   # whole runs have the exact law, the engine'
                                     # of sync, the speed gone and nothing in the output to show it
 ACCEPT_ABOVE = "acceptance-above-exact"   # whole runs exact, acceptance counters above the exact law: impossible
                                     # for an exact token-wise verifier with the declared draft
-SPEED_CHECKS = ("engine_acceptance", "identity")   # checks whose failures alone (runs exact) are a speed matter
+SPEED_CHECKS = ("engine_acceptance", "identity", "acceptance_invariance")   # checks whose failures alone (runs
+                                    # exact) are a speed matter
 KIND_TEXT = {
     NOT_BITWISE: "greedy output not bitwise plain decode at batch 1 (each row names its divergence kind)",
     RANKS_DISAGREE: "ranks emit different tokens for the same inputs",

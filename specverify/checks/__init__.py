@@ -17,9 +17,9 @@ from typing import Callable
 from specverify.battery.base import OUTPUT_LAW, RULE_LAW
 from specverify.battery.deviations import NOT_BITWISE, RANKS_DISAGREE
 
-from . import (acceptance, bitwise, composition, endpoints, engine_acceptance, far_tail, greedy, hostile, identity, joint,
-               large_vocab, marginal, processors, rank_agreement, rare_event, reproducibility, rng_discipline, runs,
-               server, serving, transforms)
+from . import (acceptance, acceptance_invariance, bitwise, composition, endpoints, engine_acceptance, far_tail, greedy,
+               hostile, identity, joint, large_vocab, marginal, processors, rank_agreement, rare_event, reproducibility,
+               rng_discipline, runs, server, serving, transforms)
 
 # what a check draws (Check.kind)
 ONE_STEP = "one-step"               # statistical rows of one verify step, on the shared one-step samples
@@ -85,6 +85,8 @@ TABLE = (
     Check("identity", EXACT, "2000 runs per row, fixed; --samples unused", identity.run, "ident", law=RULE_LAW),
     Check("engine_acceptance", WHOLE_RUN, "max(2000, samples // 10) whole runs (engine.acceptance_greedy: 256 runs, "
           "fixed)", engine_acceptance.run, "eacc", law=RULE_LAW),
+    Check("acceptance_invariance", WHOLE_RUN, "max(500, samples // 100) whole runs per arm, two arms per row",
+          acceptance_invariance.run, "ainv", law=RULE_LAW),
     Check("bitwise", EXACT, "prompts and tokens from --size (quick, standard, full); --samples unused",
           bitwise.run, "bitwise", law=OUTPUT_LAW, long=0, fails_as=NOT_BITWISE),
     Check("processors", WHOLE_RUN, "max(2000, samples // 20) whole runs per law row; exact rows of fixed size",

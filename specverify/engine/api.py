@@ -53,7 +53,7 @@ def _ngram(spec, target, draft, run, num_blocks):
 
 
 def _draft(spec, target, draft, run, num_blocks):
-    return DraftModelProposer(draft, num_blocks, run.block_size)
+    return DraftModelProposer(draft, num_blocks, run.block_size, prefix_caching=run.prefix_caching)
 
 
 def _uniform(spec, target, draft, run, num_blocks):
@@ -116,6 +116,7 @@ class RunOptions:
     num_blocks: int | None = None       # KV cache blocks (None: enough for max_batch_size requests)
     block_size: int = 16                # token positions per KV block
     prefix_caching: bool = True         # reuse the finalized full blocks of earlier requests
+    prefill_chunk: int | None = None    # prompt tokens fed per step at most (None: the whole prompt at once)
     eos_token_id: int | None = None     # None: the tokenizer's, if one is given
     record_logits: Callable | None = None   # record_logits(request_id, output_index, row) per kept token
     on_step: Callable | None = None     # on_step(events) after every step (`Engine.step`'s return)
@@ -132,6 +133,8 @@ class RunOptions:
             raise InputError(f"num_blocks {self.num_blocks} must be >= 1")
         if self.block_size < 1:
             raise InputError(f"block_size {self.block_size} must be >= 1")
+        if self.prefill_chunk is not None and (isinstance(self.prefill_chunk, bool) or self.prefill_chunk < 1):
+            raise InputError(f"prefill_chunk {self.prefill_chunk!r} must be >= 1 (None: the whole prompt)")
         if self.eos_token_id is not None and self.eos_token_id < 0:
             raise InputError(f"eos_token_id {self.eos_token_id} must be >= 0")
         for name in ("record_logits", "on_step"):
@@ -250,7 +253,7 @@ def generate(target, draft=None, prompts=(), *, sampling: SamplingParams | Seque
     engine = run.engine_class(target_m, proposer, kappa=kappa,
                               max_batch_size=bsz, num_blocks=num_blocks, block_size=run.block_size, eos_token_id=eos,
                               detokenize=detokenize, seed=run.seed, record_logits=run.record_logits,
-                              prefix_caching=run.prefix_caching)
+                              prefix_caching=run.prefix_caching, prefill_chunk=run.prefill_chunk)
     _run_to_completion(engine, enc, params, run)
     outputs = [engine.outputs[i] for i in range(len(enc))]
     return GenerateResult([o.token_ids for o in outputs], outputs, engine.metrics)

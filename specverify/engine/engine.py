@@ -3,7 +3,8 @@
     step():
         admit waiting requests (prefix-cache hit -> fewer prompt tokens to prefill)
         B = running requests; kappa = schedule(B)
-        k_b = 0 for a request still prefilling, else min(kappa, its kappa, tokens left - 1)
+        k_b = 0 for a request still prefilling (at most `prefill_chunk` prompt tokens a step when set; a
+              chunk that leaves prompt tokens unfed emits nothing), else min(kappa, its kappa, tokens left - 1)
         drafts_b, q_b = proposer.propose(requests with k_b > 0)      (<= k_b each; q None = one-hot)
         new_b = its unfed tokens (the prompt, or the last emitted token) + drafts_b
         logits = target.forward(build_step(new_b, n_logits_b = len(drafts_b) + 1))   # [sum, V]
@@ -150,7 +151,10 @@ class Engine:
 
     def __init__(self, target, proposer=None, *, kappa=0, max_batch_size: int = 8, num_blocks: int = 1024,
                  block_size: int = 16, eos_token_id: int | None = None, detokenize=None, seed: int = 0,
-                 record_logits=None, prefix_caching: bool = True):
+                 record_logits=None, prefix_caching: bool = True, prefill_chunk: int | None = None):
+        if prefill_chunk is not None and (isinstance(prefill_chunk, bool) or int(prefill_chunk) < 1):
+            raise InputError(f"prefill_chunk {prefill_chunk!r} must be an integer >= 1 (None: the whole prompt)")
+        self.prefill_chunk = None if prefill_chunk is None else int(prefill_chunk)
         self.target = target
         self.proposer = proposer
         self.kappa = KappaSchedule.of(kappa)
@@ -208,6 +212,10 @@ class Engine:
         rows_of, probs = self._verify(running, proposals)
         events = []
         for i, (req, (drafts, q_rows)) in enumerate(zip(running, proposals)):
+            if rows_of[i] is None:                  # a prefill chunk that leaves prompt tokens unfed: no token yet
+                self._prefilled_chunk(req)
+                events.append((req.id, [], False))
+                continue
             emitted, m = self._accept(req, rows_of[i], list(drafts), q_rows, probs.get(i))
             self._roll_back(req, m)
             kept = self._commit(req, emitted, rows_of[i])
@@ -239,7 +247,8 @@ class Engine:
     def _verify(self, running, proposals) -> tuple:
         """One target launch over every request's unfed tokens + drafts; per request its processed
         logits rows, and {index: probability rows} for the sampled (temperature != 0) requests."""
-        new_tokens = [r.tokens[r.num_fed:] + list(d) for r, (d, _) in zip(running, proposals)]
+        new_tokens = [self._chunk(r.tokens[r.num_fed:]) + list(d) for r, (d, _) in zip(running, proposals)]
+        partial = [r.num_fed + len(t) < len(r.tokens) for r, t in zip(running, new_tokens)]
         n_logits = [len(d) + 1 for d, _ in proposals]
         t0 = time.perf_counter()
         batch = build_step(self.cache, [r.kv for r in running], new_tokens, n_logits)
@@ -250,17 +259,31 @@ class Engine:
 
         check_finite(logits)                       # the model's rows, in one pass
         rows_of, row = [], 0
-        for req, (drafts, _), nl in zip(running, proposals, n_logits):
+        for req, (drafts, _), nl, part in zip(running, proposals, n_logits, partial):
             rows = logits[row:row + nl]
             row += nl
+            if part:                               # mid-prompt: its row decides nothing
+                rows_of.append(None)
+                continue
             if processors.active(req.params):      # row i conditions on output + drafts 0..i-1
                 rows = torch.from_numpy(processors.process_rows(rows, req.prompt, req.output, list(drafts),
                                                                 req.params, req.stop_ids))
                 check_finite(rows)                 # processors may mask a whole row
             rows_of.append(rows)
-        sampled = [i for i, req in enumerate(running) if req.params.temperature != 0]
+        sampled = [i for i, req in enumerate(running) if req.params.temperature != 0 and rows_of[i] is not None]
         probs = dict(zip(sampled, probs_many([rows_of[i] for i in sampled], [running[i].params for i in sampled])))
         return rows_of, probs
+
+    def _chunk(self, unfed: list) -> list:
+        """The unfed tokens this step feeds: all of them, or the first `prefill_chunk` of a longer prompt."""
+        if self.prefill_chunk is None or len(unfed) <= self.prefill_chunk:
+            return unfed
+        return unfed[:self.prefill_chunk]
+
+    def _prefilled_chunk(self, req) -> None:
+        """A prompt chunk was fed and more of the prompt is left: its K/V are final, nothing is emitted."""
+        req.num_fed = req.kv.num_computed
+        self.cache.commit(req.kv, req.tokens, len(req.tokens))
 
     def _accept(self, req, rows, drafts, q_rows, p_rows) -> tuple:
         """(emitted tokens, m accepted drafts): the chain rule on p_rows with the request's generator,

@@ -64,9 +64,9 @@ class DraftModelProposer:
 
     name = "draft"
 
-    def __init__(self, model, num_blocks: int, block_size: int = 16):
+    def __init__(self, model, num_blocks: int, block_size: int = 16, prefix_caching: bool = True):
         self.model = model
-        self.cache = model.make_cache(num_blocks, block_size)
+        self.cache = model.make_cache(num_blocks, block_size, prefix_caching=prefix_caching)
         self.seqs: dict = {}
 
     def propose(self, reqs, ks):

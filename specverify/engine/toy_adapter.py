@@ -3,6 +3,7 @@ behind the engine's model protocol.
 
 The adapter has no K/V: its "cache" is the paged cache's token store, and the logits of a query
 row at position t are toy.logits(tokens at positions 1..t), read through the request's block table.
+(A first-order model, with `logits_after(last_tokens)`, is handed only the token at position t.)
 So the toy sees exactly the context a real model's attention would see: if a rejected draft were
 left in the context (a broken rollback), the toy's distributions would change too.
 
@@ -36,6 +37,12 @@ class ToyAdapter:
         req = np.searchsorted(cu, rows, side="right") - 1
         positions = batch.positions.numpy()[rows]
         tables = batch.block_tables.numpy().astype(np.int64)
+        if hasattr(self.toy, "logits_after"):          # a first-order model: the last token is its whole context
+            last = store[tables[req, positions // bs] * bs + positions % bs]          # [R]: the token at position t
+            last = np.where(positions >= 1, last, -1)                                 # -1: the empty prefix
+            if ((last < -1) | (last >= self.vocab_size)).any():
+                raise ValueError("toy adapter: a prefix holds a token outside the vocabulary")
+            return torch.from_numpy(np.asarray(self.toy.logits_after(last), dtype=np.float64))
         prefixes = []
         for b, t in zip(req, positions):
             pos = np.arange(1, t + 1)

@@ -12,6 +12,7 @@ engine bug it models and where that bug was seen. The audit must fail every one 
     tail          the drafts after a rejection, the bonus row
     precision     the draw's arithmetic in float32 (far tail)
     tiles         a draw tiled over the vocabulary, its padding past V
+    drafter       our engine's drafter out of sync with the committed sequence (engine level)
     engine_loop   the loop around an exact sampler (what is drafted, what the KV caches keep, which
                   rows are transformed); these declare only the "engine" capability
     processors    the sampling state around an exact sampler (penalties, min_tokens, min_p, grammar,
@@ -33,6 +34,7 @@ from specverify.errors import InputError
 from . import acceptance, endpoints, engine_loop, greedy, processors, ranks, residual, seeded, tail  # noqa: F401 (they register)
 from . import precision, tiles  # noqa: F401 (they register: the draw at real vocabulary sizes)
 from . import state  # noqa: F401 (they register: our engine's ring buffer and recurrent state, bitwise level)
+from . import drafter  # noqa: F401 (it registers: our engine's drafter out of sync)
 from .registry import CATALOGUE
 
 _ORDER = sorted(CATALOGUE, key=lambda name: CATALOGUE[name].number)

@@ -8,6 +8,8 @@ equality with a target draw).
 
 from __future__ import annotations
 
+import numpy as np
+
 from specverify.reference.vector import VectorSampler
 
 from .registry import mutant
@@ -79,3 +81,16 @@ class SamplerMatch(VectorSampler):
 
     def residual_coin(self, accept_coin, final_coin):
         return accept_coin
+
+
+@mutant(44, "q-float16-ratio", targets=("endpoints",))
+class QFloat16Ratio(VectorSampler):
+    """The drafts are drawn from q as given (float64 here), but the acceptance ratio reads q in another
+    precision: float16, where a q below 6e-8 flushes to 0 and the draft is accepted unconditionally, and
+    larger ones move by up to 2^-11 (DeepSpec #31 / PR #48: drafts sampled from bf16 logits, the ratio
+    with fp32 q; lablup/mlxcel PR #992: q underflowing in f16). The q-precision rows
+    (`endpoints`, `chain.q_precision[...]`: acceptance must be min(1, p/q) for the q given) catch it."""
+
+    def accept(self, p_x, q_x, coin):
+        q16 = np.asarray(q_x, np.float64).astype(np.float16).astype(np.float64)
+        return coin * q16 < p_x

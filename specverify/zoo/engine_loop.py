@@ -81,3 +81,41 @@ class DraftKvRewind(SpecEngine):
         rows = np.flatnonzero(n_acc > 0)
         seg[rows, n_acc[rows] - 1] = PAD
         return seg
+
+
+class ShiftedVocabDraft:
+    """A draft model whose ids are mapped to the wrong target ids (draft id j lands on target id j + 1
+    mod V): its rows, its drafts and the q handed to the verifier all in the shifted ids, so q is what
+    each draft was drawn from."""
+
+    def __init__(self, model):
+        self.model, self.vocab_size = model, model.vocab_size
+        self.perm = (np.arange(self.vocab_size) - 1) % self.vocab_size     # new id j <- old id j - 1
+
+    def logits_at(self, index):
+        return self.model.logits_at(index)[:, self.perm]
+
+    def logits(self, prefix):
+        return self.model.logits(prefix)[self.perm]
+
+    def probs(self, prefix, transform=None):
+        return self.model.probs(prefix, transform)[self.perm]
+
+    def probs_at(self, index, transform=None):
+        return self.model.probs_at(index, transform)[:, self.perm]
+
+    def table(self, max_len, transform=None):
+        return self.model.table(max_len, transform)[:, self.perm]
+
+
+@mutant(43, "draft-vocab-misaligned", targets=("identity", "engine_acceptance"))
+class DraftVocabMisaligned(SpecEngine):
+    """The draft-to-target vocabulary map (EAGLE-3's d2t) is off by one: every draft id lands on the next
+    target id, and the draft's q is scattered with the same wrong map (NeMo Automodel PR #2447, verl-SpeCo
+    PR #67, SpecForge PR #534; `../shared/BUGCLASSES.md`, "Acceptance"). The verifier gets the q each
+    draft was drawn from, so the output stays exact; greedy acceptance collapses (the draft's argmax is
+    the wrong token) and sampled acceptance falls: `engine.acceptance_greedy` and `engine.acceptance`
+    fail, and the identity draft accepts less than everything."""
+
+    def generate(self, target, draft, prompt, kappa, transform, seed, n, length, processors=None):
+        return super().generate(target, ShiftedVocabDraft(draft), prompt, kappa, transform, seed, n, length, processors)
