@@ -1,5 +1,5 @@
 """The serving path at the server level (`checks/serving.py`): the rows pass on our reference server and
-each catches the broken variant meant for it (`server/variants.py`, numbers 45-50).
+each catches the broken variant meant for it (`server/variants.py`, numbers 45-51).
 
 Servers: child processes bound to 127.0.0.1 on a free port (the helpers of tests/test_server.py: the
 URL from --ready-file, STARTUP_S to come up, always reaped), one per variant, started together once for
@@ -28,15 +28,19 @@ VARIANTS = {           # variant -> the row meant to catch it
     "logprobs-from-draft": "server.logprobs",
     "stream-last-token": "server.stream",
     "seed-offset-by-steps": "server.seeds",
+    "preempt-keeps-draft-state": "server.preemption",
 }
+KV_BUDGET = "96"       # KV positions (6 blocks of 16): 12 toy requests at once must preempt; a lone one fits
 
 
 @pytest.fixture(scope="module")
 def urls(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("serving")
-    started = {"exact": _start(tmp, "exact", "--spec", "draft")}
+    # the exact server under a KV budget that preempts: every row must pass there, preemption row included
+    started = {"exact": _start(tmp, "exact", "--spec", "draft", "--kv-budget", KV_BUDGET)}
     for v in VARIANTS:
-        started[v] = _start(tmp, v, "--spec", "draft", "--variant", v)
+        budget = ("--kv-budget", KV_BUDGET) if VARIANTS[v] == "server.preemption" else ()
+        started[v] = _start(tmp, v, "--spec", "draft", "--variant", v, *budget)
     try:
         deadline = time.monotonic() + STARTUP_S
         yield {k: _wait(p, r, deadline) for k, (p, r, _) in started.items()}
@@ -58,7 +62,7 @@ def _rows(url, row):
     from specverify.checks import serving
     fn = {"server.logprobs": serving.logprobs_row, "server.stop": serving.stop_row,
           "server.length": serving.length_row, "server.stream": serving.stream_row,
-          "server.seeds": serving.seeds_rows}[row]
+          "server.seeds": serving.seeds_rows, "server.preemption": serving.preemption_row}[row]
     got = fn(_engine(url), Context())
     return got if isinstance(got, list) else [got]
 
@@ -69,7 +73,7 @@ def test_the_reference_server_passes_every_serving_row(urls):
     verdicts = {r.name.split("[")[0]: r.verdict for r in result.checks}
     assert verdicts == {"server.logprobs": "pass", "server.stop": "pass", "server.length": "pass",
                         "server.stream": "pass", "server.seeds": "pass", "server.seeds.n_independent": "pass",
-                        "server.prefix_cache": "pass"}, \
+                        "server.prefix_cache": "pass", "server.preemption": "pass"}, \
         [(r.name, r.detail) for r in result.checks if r.verdict != "pass"]
     assert result.verdict == "pass" and not result.not_covered
     by = {r.name.split("[")[0]: r for r in result.checks}
@@ -78,6 +82,7 @@ def test_the_reference_server_passes_every_serving_row(urls):
     assert len(by["server.stop"].data["positions"]) >= 10          # stops completed all along the runs
     assert by["server.seeds.n_independent"].p_value > 1e-3
     assert by["server.prefix_cache"].data["cached_cold"] == 0 and min(by["server.prefix_cache"].data["cached_warm"]) > 0
+    assert by["server.preemption"].data["preemptions_at_once"] > 0 and "bit for bit" in by["server.preemption"].detail
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -141,6 +146,55 @@ def test_prefix_cache_row_is_no_pass_when_the_cache_was_not_seen_hit():
     assert row.verdict == "skip" and "not exercised" in row.detail
     row = _prefix_row(lambda r, count: _resp([1, 2, 3], 16 * count))   # hit: a pass
     assert row.verdict == "pass"
+
+
+# ------------------------------------------------------------------------------ the preemption row can fail
+
+
+class _Counting(_Scripted):
+    """A scripted client with a preemption counter: `preempts` added by every concurrent wave."""
+
+    def __init__(self, answer, preempts, metric=True):
+        super().__init__(answer)
+        self.count, self.preempts, self.metric = 0.0, preempts, metric
+
+    def counter(self, suffix):
+        return self.count if self.metric else None
+
+    def many(self, requests, in_flight=16):
+        if len(requests) > 1:
+            self.count += self.preempts
+        return super().many(requests, in_flight)
+
+
+def _preempt_row(answer, preempts, metric=True):
+    from specverify.battery.base import Context
+    from specverify.checks.serving import preemption_row
+    engine = type("StubEngine", (), {})()
+    engine.client = _Counting(answer, preempts, metric)
+    engine.support, engine.vocab = engine.client.support, None
+    engine.client.model = "m"
+    return preemption_row(engine, Context())
+
+
+def _choices(ids):
+    from specverify.server.client import Choice
+    return [Choice(0, " ".join(map(str, ids)), tuple(ids), tuple(-1.0 for _ in ids), None, "length")]
+
+
+def test_preemption_row_fails_when_a_preempted_request_differs():
+    row = _preempt_row(lambda r, count: _choices([1, 2, 3] if count == 0 else [1, 2, 4]), preempts=2)
+    assert row.verdict == "fail" and "differ from alone" in row.detail
+
+
+def test_preemption_row_is_no_pass_when_nothing_was_preempted():
+    same = lambda r, count: _choices([1, 2, 3])                         # noqa: E731
+    row = _preempt_row(same, preempts=0)                                # the counter never moved
+    assert row.verdict == "skip" and row.data["not_covered"] and "no preemption" in row.detail
+    row = _preempt_row(same, preempts=0, metric=False)                  # no counter at all
+    assert row.verdict == "skip" and row.data["not_covered"] and "no preemption counter" in row.detail
+    row = _preempt_row(same, preempts=3)                                # preempted and equal: a pass
+    assert row.verdict == "pass" and row.data["preemptions_at_once"] == 3
 
 
 @pytest.mark.slow      # a SmolLM2 server and ~300 requests: ~4 min on 2 shared cores

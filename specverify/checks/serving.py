@@ -45,11 +45,22 @@ a row that needs what the server lacks is a SKIP listed under not covered.
                       from the cache (usage.prompt_tokens_details.cached_tokens > 0), else a SKIP: a stress
                       that did not happen is not a pass. Exact.
 
+    server.preemption
+                      PREEMPT_PROMPTS prompts x {greedy, seeded T=1} runs of RUN_TOKENS tokens, each sent
+                      alone (one at a time), then all at once; the server's preemption counter (GET /metrics,
+                      a sample named *num_preemptions_total: ours, vLLM's) read before and after the
+                      concurrent wave must have grown -- every request of that wave is compared, so a
+                      preemption hit a compared request -- else a SKIP (a stress that did not happen is not
+                      a pass: start our server with a small --kv-budget). Then each request's ids, text,
+                      finish_reason and logprobs at once == alone: logprob bytes on a toy model (float64
+                      rows), within LOGPROB_ATOL otherwise (a recompute row is a prefill row). Exact.
+                      Catches a request resumed with stale draft state or KV (vLLM #52071, PRs #40768,
+                      #46066, #49620).
+
 Text: a tiny:V,SEED server's words are known ("t{i}", `server.models.ToyTokenizer`); any other server's
 text of ids[:j] is read from the run's logprobs text_offset (prefix-stable detokenisation assumed:
 a tokenizer whose pieces merge across tokens is then compared only where the offsets are given).
-Not covered here: preemption (no row; our server sizes its KV for --max-batch full requests and never
-preempts), the run law and acceptance under a warm cache, the seeded continuation after a stop, concurrent
+Not covered here: the run law under preemption (only exact seeded and greedy runs), the run law and acceptance under a warm cache, the seeded continuation after a stop, concurrent
 unseeded requests' independence; on a toy model, multi-byte text (its words are ASCII).
 
 Budget (`--samples`): fixed prompts, runs and offsets (about 500 requests); --samples unused.
@@ -82,6 +93,8 @@ CACHE_PROBES = 3
 CACHE_PROMPT_TOKENS = 20   # more than a block of 16 (our server's and vLLM's default) is cached
 CACHE_SHARED_TOKENS = 17   # the shared-prefix prompts share this many leading tokens
 CACHE_TOKENS = 6           # within a tiny:V model's context (30 tokens at V = 4)
+PREEMPT_PROMPTS = 6        # x greedy/seeded: 12 requests at once (our toy server at --kv-budget 48 fits 3)
+PREEMPTIONS_METRIC = "num_preemptions_total"
 SEED_BASE = 7000           # the rows' request seeds: SEED_BASE + run index (fixed: the audit is reproducible)
 
 
@@ -551,6 +564,57 @@ def _hex(values):
     return None if values is None else [float(v).hex() for v in values]
 
 
+# ------------------------------------------------------------------------------ preemption
+
+def preemption_row(engine, ctx) -> CheckResult:
+    """Module docstring, server.preemption."""
+    s = engine.support
+    name = f"server.preemption[{PREEMPT_PROMPTS} prompts x greedy/seeded: alone vs all at once]"
+    before = engine.client.counter(PREEMPTIONS_METRIC)
+    if before is None:
+        return skip(name, f"the server exposes no preemption counter (GET /metrics, a *{PREEMPTIONS_METRIC} "
+                          "sample): whether the traffic preempted anything is unknown")
+    lp = 1 if s["logprobs"] else None
+    exact = _toy(engine) is not None
+    prompts = _prompts(engine, PREEMPT_PROMPTS, "preemption", ctx)
+    reqs = []
+    for i, p in enumerate(prompts):
+        reqs.append(dict(prompt=p, max_tokens=RUN_TOKENS, temperature=0.0, logprobs=lp))
+        if s["seed"]:
+            reqs.append(dict(prompt=p, max_tokens=RUN_TOKENS, temperature=1.0, seed=SEED_BASE + 500 + i, logprobs=lp))
+    with Timer() as t:
+        alone = [engine.client.many([r], 1)[0][0] for r in reqs]
+        mid = engine.client.counter(PREEMPTIONS_METRIC)
+        crowd = [g[0] for g in engine.client.many(reqs, len(reqs))]
+        after = engine.client.counter(PREEMPTIONS_METRIC)
+    preempted = (after or 0.0) - (mid or 0.0)
+    counts = dict(preemptions_alone=(mid or 0.0) - before, preemptions_at_once=preempted)
+    if preempted <= 0:
+        return CheckResult(name, SKIP, n=len(reqs), seconds=t.seconds,
+                           detail=f"no preemption during the {len(reqs)} concurrent requests (the counter stayed at "
+                                  f"{after:g}): the KV budget was not tight enough (our server: specverify serve "
+                                  "--kv-budget N); nothing was tested", data={"not_covered": True, **counts})
+    for i, (r, a, b) in enumerate(zip(reqs, alone, crowd)):
+        kind = "greedy" if r["temperature"] == 0 else f"seed {r['seed']}"
+        problems = []
+        if a.ids != b.ids or a.text != b.text:
+            problems.append(f"tokens {list(b.ids or ())[:8] or b.text[:40]!r}... differ from alone "
+                            f"{list(a.ids or ())[:8] or a.text[:40]!r}...")
+        if a.finish_reason != b.finish_reason:
+            problems.append(f"finish_reason {b.finish_reason!r}, alone {a.finish_reason!r}")
+        if lp is not None and not problems and (a.logprobs is None or b.logprobs is None
+                                                 or len(a.logprobs) != len(b.logprobs)
+                                                 or not all(_same_value(x, y, exact)
+                                                            for x, y in zip(a.logprobs, b.logprobs))):
+            problems.append(f"logprobs differ from alone (not {_tol_words(exact)})")
+        if problems:
+            return _fail(name, f"request {i} ({kind}) among {len(reqs)} at once ({preempted:g} preemptions): "
+                               + "; ".join(problems), len(reqs), t, request=i, **counts)
+    return _pass(name, f"{len(reqs)} requests at once, {preempted:g} preemptions: ids, text, finish_reason"
+                       + (f" and logprobs ({_tol_words(exact)})" if lp else "") + " equal to each alone",
+                 len(reqs), t, **counts)
+
+
 # ------------------------------------------------------------------------------ the check
 
 def run(engine, ctx) -> list[CheckResult]:
@@ -560,6 +624,7 @@ def run(engine, ctx) -> list[CheckResult]:
     rows = [logprobs_row(engine, ctx), stop_row(engine, ctx), length_row(engine, ctx), stream_row(engine, ctx)]
     rows += seeds_rows(engine, ctx)
     rows.append(prefix_cache_row(engine, ctx))
+    rows.append(preemption_row(engine, ctx))
     for r in rows:
         r.data.setdefault("support", support.to_dict())
     return rows

@@ -47,6 +47,10 @@ def register(sub) -> None:
     p.add_argument("--max-context", type=int, default=d.max_context,
                    help=f"longest prompt + max_tokens a request may ask (default {d.max_context}; a toy model's own "
                         "limit is smaller)")
+    p.add_argument("--kv-budget", type=int, default=None, metavar="N",
+                   help="KV positions of the target's cache, rounded up to whole blocks (default: --max-batch "
+                        "full-context requests); a small budget preempts running requests (recomputed later), "
+                        "counted at GET /metrics as specverify_num_preemptions_total")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of requests that give none (default 0)")
     p.add_argument("--backend", default=None,
                    help="op backend of a Llama model (default: invariant, the batch-invariant kernels, where available)")
@@ -70,6 +74,8 @@ def run(args) -> int:
     for name in ("max_batch", "max_context", "threads"):
         if getattr(args, name) < 1:
             raise InputError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= 1")
+    if args.kv_budget is not None and args.kv_budget < 1:
+        raise InputError(f"--kv-budget {args.kv_budget}: must be >= 1")
     if args.kappa < 0:
         raise InputError(f"--kappa {args.kappa}: must be >= 0")
     spec_options(args.spec, args.kappa)                  # a bad --spec before the model loads
@@ -80,7 +86,8 @@ def run(args) -> int:
         from specverify.kernels.backend import backend_names
         backend = "invariant" if "invariant" in backend_names() else "default"
     config = ServeConfig(model=args.model, spec=args.spec, kappa=args.kappa, max_batch=args.max_batch,
-                         max_context=args.max_context, seed=args.seed, backend=backend, variant=args.variant)
+                         max_context=args.max_context, seed=args.seed, backend=backend, variant=args.variant,
+                         kv_budget=args.kv_budget)
     sock = launch.bind(args.host, args.port)          # a port already taken: one line before any loading
     if args.served_model_name is not None and not args.served_model_name.strip():
         raise InputError("--served-model-name: must be a non-empty name")

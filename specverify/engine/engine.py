@@ -124,6 +124,8 @@ class Request:
     num_steps: int = 0
     stop_ids: tuple = ()               # EOS (unless ignore_eos) and stop_token_ids: what min_tokens masks
     cached_tokens: int = 0             # prompt positions served from the prefix cache at admission
+    num_preemptions: int = 0           # times its KV was taken back under a tight budget (recomputed later)
+    resume_decode: bool = False        # preempted while decoding: its resumed step drafts as that step would have
 
     @property
     def output(self) -> list:
@@ -194,7 +196,7 @@ class Engine:
 
     # -- one step ----------------------------------------------------------------------------------
     def _num_drafts(self, req, kappa: int) -> int:
-        if len(req.tokens) - req.num_fed > 1:        # prefill (or catching up): no drafts
+        if len(req.tokens) - req.num_fed > 1 and not req.resume_decode:     # prefill (or catching up): no drafts
             return 0
         k = kappa if req.params.kappa is None else min(kappa, req.params.kappa)
         return max(0, min(k, req.params.max_tokens - len(req.output) - 1))
@@ -226,9 +228,32 @@ class Engine:
         return events
 
     def _admit(self) -> list:
-        """Admit waiting requests that fit; the running batch of this step."""
+        """Admit waiting requests that fit, preempt while this step's KV does not fit; the running batch."""
         self.scheduler.admit()
+        self._make_room()
         return list(self.scheduler.running)
+
+    def _make_room(self) -> None:
+        """Preemption by recompute (vLLM's default policy): while the blocks this step can take -- every
+        running request's tokens plus max_kappa drafts and one -- exceed the free ones, the latest-admitted
+        running request gives its KV back and waits at the head of the queue, to be re-prefilled from its
+        tokens (prompt + output so far) when it fits again. A request preempted while decoding resumes with
+        the drafts that step would have had (`_num_drafts`), so its generator draws the same coins: its
+        greedy and seeded tokens are those it gives alone. A lone request is never preempted (the server
+        refuses a budget below one full-context request)."""
+        running = self.scheduler.running
+        while len(running) > 1 and self.scheduler.shortfall() > self.cache.num_available():
+            self._preempt(running[-1])
+
+    def _preempt(self, req) -> None:
+        """Take back `req`'s KV (and its proposer state); it is recomputed from its tokens on re-admission."""
+        req.resume_decode = req.resume_decode or (len(req.tokens) - req.num_fed <= 1 and len(req.output) > 0)
+        self.scheduler.preempt(req)
+        if self.proposer is not None:
+            self.proposer.release(req)
+        req.num_fed = 0
+        req.num_preemptions += 1
+        self.metrics.num_preemptions += 1
 
     def _propose(self, running) -> list:
         """[(drafts, q_rows)] per running request: k_b drafts from the proposer, ([], None) for none."""
@@ -247,7 +272,7 @@ class Engine:
     def _verify(self, running, proposals) -> tuple:
         """One target launch over every request's unfed tokens + drafts; per request its processed
         logits rows, and {index: probability rows} for the sampled (temperature != 0) requests."""
-        new_tokens = [self._chunk(r.tokens[r.num_fed:]) + list(d) for r, (d, _) in zip(running, proposals)]
+        new_tokens = [self._new_tokens(r, list(d)) for r, (d, _) in zip(running, proposals)]
         partial = [r.num_fed + len(t) < len(r.tokens) for r, t in zip(running, new_tokens)]
         n_logits = [len(d) + 1 for d, _ in proposals]
         t0 = time.perf_counter()
@@ -285,6 +310,11 @@ class Engine:
         req.num_fed = req.kv.num_computed
         self.cache.commit(req.kv, req.tokens, len(req.tokens))
 
+    def _new_tokens(self, req, drafts) -> list:
+        """What `req` feeds this step: its unfed tokens (all of them after a preemption, or the next prompt
+        chunk), then its drafts."""
+        return self._chunk(req.tokens[req.num_fed:]) + drafts
+
     def _accept(self, req, rows, drafts, q_rows, p_rows) -> tuple:
         """(emitted tokens, m accepted drafts): the chain rule on p_rows with the request's generator,
         or greedy verify on the logits rows when the request is greedy (p_rows None)."""
@@ -299,6 +329,7 @@ class Engine:
     def _roll_back(self, req, m: int) -> None:
         """The tokens fed so far plus the m accepted drafts are final; the rest of the KV goes."""
         req.num_fed = len(req.tokens) + m
+        req.resume_decode = False
         self.roll_back_rejected(req)
         if self.proposer is not None:
             self.proposer.accepted(req, req.num_fed)

@@ -85,17 +85,31 @@ class Scheduler:
         while self.waiting and len(self.running) < self.max_batch_size:
             req = self.waiting[0]
             need = self.cache.blocks_needed(len(req.tokens) + self.kappa.max_kappa + 1)
-            if need > self.cache.num_available():
+            if need + self.shortfall() > self.cache.num_available():
                 if not self.running and not admitted:
                     raise InputError(f"request {req.id} needs {need} KV blocks; the cache has "
                                      f"{self.cache.num_available()} free (raise num_blocks)")
                 break
             self.waiting.popleft()
             self.cache.match_prefix(req.kv, req.tokens)
-            req.num_fed = req.cached_tokens = req.kv.num_computed
+            req.num_fed = req.kv.num_computed
+            if not req.num_preemptions:           # usage reports the prompt's first admission, not a recompute
+                req.cached_tokens = req.kv.num_computed
             self.running.append(req)
             admitted.append(req)
         return admitted
+
+    def shortfall(self) -> int:
+        """Blocks the running requests still lack for this step (their tokens, max_kappa drafts and one)."""
+        extra = self.kappa.max_kappa + 1
+        return sum(max(0, self.cache.blocks_needed(len(r.tokens) + extra) - len(r.kv.block_ids)) for r in self.running)
+
+    def preempt(self, req) -> None:
+        """Give back `req`'s KV; it waits at the head of the queue (recomputed when it fits again)."""
+        self.running.remove(req)
+        self.cache.release(req.kv)
+        req.kv = type(req.kv)()
+        self.waiting.appendleft(req)
 
     def finish(self, req) -> None:
         self.running.remove(req)

@@ -38,6 +38,18 @@ def spec_options(spec: str, kappa: int):
     return SpecOptions(name, kappa=0 if name == "none" else kappa, **kw)
 
 
+def kv_budget_blocks(budget: int, block_size: int, context: int) -> int:
+    """The target's KV blocks for --kv-budget `budget` positions (rounded up to whole blocks); InputError
+    below one request of the full context (`context` positions: a lone request must always fit, only
+    concurrent ones are preempted)."""
+    blocks = -(-int(budget) // block_size)
+    need = -(-context // block_size)
+    if blocks < need:
+        raise InputError(f"--kv-budget {budget}: below one full-context request ({context} positions, "
+                         f"{need} blocks of {block_size}); use at least {need * block_size}")
+    return blocks
+
+
 def engine_factory(model: ServedModel, config: ServeConfig):
     """make_engine(record_logits) -> a fresh engine for the batcher, built as `engine.api.generate`
     builds its own (the same proposer table, draft checks and KV sizing)."""
@@ -56,6 +68,8 @@ def engine_factory(model: ServedModel, config: ServeConfig):
     run = api.RunOptions(backend=config.backend, seed=config.seed, max_batch_size=config.max_batch,
                          block_size=config.block_size, engine_class=engine_class)
     num_blocks = api._num_blocks(run, engine_class, config.max_batch, context, kappa.max_kappa)
+    if config.kv_budget is not None:
+        num_blocks = kv_budget_blocks(config.kv_budget, config.block_size, context)
     tok = model.tokenizer
 
     def make_engine(record_logits):
@@ -143,6 +157,16 @@ def build_app(model: ServedModel, config: ServeConfig):
     async def version():
         return {"version": __version__, "engine": "specverify", "model": model.name, "spec": config.spec,
                 "kappa": config.kappa, "variant": config.variant, "backend": config.backend}
+
+    @app.get("/metrics")
+    async def metrics():
+        """Prometheus text: the engine's counters since the server started (docs/serving-path.md)."""
+        from fastapi.responses import PlainTextResponse
+        lines = []
+        for name, value, help_ in batcher.counters():
+            lines += [f"# HELP specverify_{name} {help_}", f"# TYPE specverify_{name} counter",
+                      f"specverify_{name} {value}"]
+        return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
     @app.get("/v1/models")
     async def models():

@@ -85,6 +85,7 @@ class Batcher:
         self.next_rid = 0
         self.thread = threading.Thread(target=self._loop, name="specverify-engine", daemon=True)
         self.steps = 0
+        self.earlier: dict = {}           # counters of engines rebuilt after a failed step
 
     def start(self) -> None:
         self.thread.start()
@@ -106,6 +107,16 @@ class Batcher:
     def in_flight(self) -> int:
         with self.cond:
             return len(self.jobs) + len(self.pending)
+
+    def counters(self) -> list:
+        """[(name, value, help)] of the /metrics endpoint, summed over every engine this server built."""
+        m = self.engine.metrics
+        now = {"num_preemptions_total": m.num_preemptions, "num_steps_total": m.num_steps,
+               "num_emitted_tokens_total": m.num_emitted}
+        helps = {"num_preemptions_total": "running requests whose KV was taken back and later recomputed",
+                 "num_steps_total": "engine steps (target launches)",
+                 "num_emitted_tokens_total": "tokens kept"}
+        return [(k, now[k] + self.earlier.get(k, 0), helps[k]) for k in now]
 
     # -- the engine thread ---------------------------------------------------------------------------
     def _record(self, rid, index, row) -> None:
@@ -147,6 +158,8 @@ class Batcher:
         for job in self.jobs.values():
             job.deliver(("error", 500, message))
         self.jobs.clear()
+        for name, value, _ in self.counters():
+            self.earlier[name] = value
         self.engine = self.make_engine(self._record)
 
     def _loop(self) -> None:

@@ -192,6 +192,33 @@ class ServerClient:
             return None
         return None
 
+    def counter(self, suffix: str) -> float | None:
+        """The sum of the Prometheus samples at the server root's GET /metrics whose metric name ends with
+        `suffix` (e.g. "num_preemptions_total": vLLM's vllm:num_preemptions_total, our server's
+        specverify_num_preemptions_total); None when there is no such endpoint or sample."""
+        import httpx
+        root = self.url[:-3] if self.url.endswith("/v1") else self.url
+        try:
+            r = httpx.get(root + "/metrics", timeout=min(self.timeout, 10.0))
+        except httpx.HTTPError:
+            return None
+        if r.status_code != 200:
+            return None
+        total, seen = 0.0, False
+        for line in r.text.splitlines():
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            head, _, rest = line.partition("{") if "{" in line.split()[0] else (line.split()[0], "", "")
+            value = (rest.rpartition("}")[2] if rest else line[len(head):]).split()
+            if head.endswith(suffix) and value:
+                try:
+                    total += float(value[0])
+                except ValueError:
+                    continue
+                seen = True
+        return total if seen else None
+
     def complete(self, prompt, *, max_tokens: int, temperature: float = 1.0, n: int = 1, seed: int | None = None,
                  logprobs: int | None = None, stop=None, top_p: float | None = None, top_k: int | None = None,
                  stream: bool = False, extra: dict | None = None, full: bool = False):

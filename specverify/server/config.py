@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 VARIANT_NAMES = ("exact", "recovered-from-p", "stop-per-step", "cap-crossed", "usage-charges-drafts",
-                 "logprobs-from-draft", "stream-last-token", "seed-offset-by-steps")   # `variants.VARIANTS`, in order
+                 "logprobs-from-draft", "stream-last-token", "seed-offset-by-steps",
+                 "preempt-keeps-draft-state")   # `variants.VARIANTS`, in order
 
 
 @dataclass(frozen=True)
@@ -20,3 +21,4 @@ class ServeConfig:
     seed: int = 0
     backend: str = "default"
     variant: str = "exact"
+    kv_budget: int | None = None    # KV positions of the target's cache (None: max_batch full-context requests)

@@ -21,6 +21,10 @@ tests/test_serving.py against the rows of `checks/serving.py`, not by `specverif
     stream-last-token      a step's event carries only its last token (one token a step
                            assumed): the deltas and the ids gathered from them lose the rest -> server.stream
     seed-offset-by-steps   a seeded request's generator offset by the engine's step count  -> server.seeds
+    preempt-keeps-draft-state
+                           (51) a request preempted while decoding resumes with a stale KV tail: the
+                           recompute writes its last token's slot from the state the step before left
+                           (a placeholder) -- only under a --kv-budget that preempts -> server.preemption
 """
 
 from __future__ import annotations
@@ -196,8 +200,24 @@ class SeedOffsetBySteps(Engine):
         return super().add_request(prompt_ids, params, request_id)
 
 
+class PreemptKeepsDraftState(Engine):
+    """(51) Preemption out of step with the draft state (vllm-project/vllm #52071, PRs #40768, #46066,
+    #49620: placeholders or draft frames survive preemption and are read back when the request resumes).
+    Here a request preempted while decoding is recomputed with a stale KV tail: the slot of its last
+    emitted token (sampled by the step before the preemption, not yet fed) is written with the token
+    before it -- the placeholder the engine held for it -- so every later row of that request conditions
+    on a wrong context. Without preemption it is the exact engine."""
+
+    def _new_tokens(self, req, drafts) -> list:
+        new = super()._new_tokens(req, drafts)
+        unfed = len(req.tokens) - req.num_fed
+        if req.resume_decode and unfed >= 2:
+            new[unfed - 1] = req.tokens[-2]           # BUG (on purpose): the stale tail, not the emitted token
+        return new
+
+
 VARIANTS = {"exact": Engine, "recovered-from-p": RecoveredFromP, "stop-per-step": StopPerStep,
             "cap-crossed": CapCrossed, "usage-charges-drafts": UsageChargesDrafts,
             "logprobs-from-draft": LogprobsFromDraft, "stream-last-token": StreamLastToken,
-            "seed-offset-by-steps": SeedOffsetBySteps}
+            "seed-offset-by-steps": SeedOffsetBySteps, "preempt-keeps-draft-state": PreemptKeepsDraftState}
 assert tuple(VARIANTS) == VARIANT_NAMES
