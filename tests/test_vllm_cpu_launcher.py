@@ -83,3 +83,6 @@ def test_driver_refuses_unknown_checks_and_specs_before_any_work(tmp_path):
     assert not out.exists()
     assert "--enable-prompt-tokens-details" in driver.EXTRA      # the prefix-cache row needs cache hits reported
     assert set(driver.CHECKS) == {"server", "serving"}
+    with pytest.raises(InputError, match="--block-size 10"):
+        driver.main([sys.executable, str(out), "--block-size", "10"])
+    assert not out.exists()
