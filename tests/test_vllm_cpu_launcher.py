@@ -83,6 +83,7 @@ def test_driver_refuses_unknown_checks_and_specs_before_any_work(tmp_path):
     assert not out.exists()
     assert "--enable-prompt-tokens-details" in driver.EXTRA      # the prefix-cache row needs cache hits reported
     assert set(driver.CHECKS) == {"server", "serving"}
-    with pytest.raises(InputError, match="--block-size 10"):
-        driver.main([sys.executable, str(out), "--block-size", "10"])
+    for bad in ("10", "16", "0"):                   # vLLM's CPU attention takes multiples of 32 only
+        with pytest.raises(InputError, match=f"--block-size {bad}:"):
+            driver.main([sys.executable, str(out), "--block-size", bad])
     assert not out.exists()
