@@ -62,12 +62,13 @@ def test_the_server_report_names_a_reproducer_that_uses_only_the_openai_client()
     from pathlib import Path
     root = Path(__file__).resolve().parents[1]
     readme = (root / "reports" / "vllm-cpu-server-0.32.0" / "README.md").read_text()
-    repro = root / "specverify" / "findings" / "repro" / "vllm_cpu_server_spec.py"
-    assert "findings/repro/vllm_cpu_server_spec.py" in readme and repro.with_suffix(".out").is_file()
-    tree = ast.parse(repro.read_text())
-    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert imported - {"collections", "concurrent", "sys"} == {"openai"}, imported
+    for name in ("vllm_cpu_server_spec", "vllm_cpu_server_serving"):       # the server rows', the serving rows'
+        repro = root / "specverify" / "findings" / "repro" / f"{name}.py"
+        assert f"findings/repro/{name}.py" in readme and repro.with_suffix(".out").is_file()
+        tree = ast.parse(repro.read_text())
+        imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert imported - {"collections", "concurrent", "sys"} == {"openai"}, (name, imported)
 
 
 def test_driver_refuses_unknown_checks_and_specs_before_any_work(tmp_path):
