@@ -229,3 +229,40 @@ def _start_smollm2(tmp):
                              "--max-batch", "17", "--port", "0", "--ready-file", str(ready)],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     return proc, ready, log
+
+
+# ------------------------------------------------------------------------------ the stop row without seeds
+
+
+def _greedy_stop_row(step_end):
+    """The stop row against a scripted greedy server that takes seeds but does not honour them; its stopped
+    requests keep ids up to `step_end(j)` (j: the token that completed the stop) and their logprobs."""
+    from specverify.battery.base import Context
+    from specverify.checks.serving import stop_row
+    from specverify.reference import serving as ref
+    from specverify.server.client import SEED_DIFFERS, Choice
+    from specverify.server.models import ToyTokenizer
+
+    detok = ToyTokenizer(4).decode
+
+    def answer(r, count):
+        assert r["temperature"] == 0.0 and r.get("seed") is None        # greedy when seeds are not honoured
+        stream = [(sum(r["prompt"]) + 3 * j + j // 5) % 4 for j in range(r["max_tokens"])]
+        done = ref.finish(stream, max_tokens=r["max_tokens"], detokenize=detok, stop=tuple(r.get("stop") or ()))
+        ids = stream[:step_end(len(done.ids) - 1) + 1] if r.get("stop") else done.ids
+        return [Choice(0, done.text, tuple(ids), tuple(-0.5 - t for t in ids), None, done.finish_reason)]
+
+    engine = type("StubEngine", (), {})()
+    engine.client = _Scripted(answer)
+    engine.client.support.features["seed"] = False
+    engine.client.support.why["seed"] = SEED_DIFFERS
+    engine.support, engine.vocab = engine.client.support, 4
+    return stop_row(engine, Context())
+
+
+def test_stop_row_runs_greedy_when_seeds_are_not_honoured_and_still_catches_a_per_step_stop():
+    row = _greedy_stop_row(lambda j: j)                                   # exact: nothing after the stop kept
+    assert row.verdict == "pass" and row.data["greedy"] and "greedy" in row.detail, row.detail
+    assert len(row.data["positions"]) >= 5                                # stops completed along the runs
+    row = _greedy_stop_row(lambda j: min(4 * (j // 4) + 3, 11))           # the whole 4-token step kept
+    assert row.verdict == "fail" and "plain decode keeps" in row.detail, row.detail

@@ -21,7 +21,7 @@ def _spec_config(argv):
 def test_the_launcher_fills_the_engine_launcher_interface():
     launcher = vllm_cpu.LAUNCHER
     assert isinstance(launcher, EngineLauncher) and launcher.name == "vllm-cpu"
-    assert {"ngram", "draft"} <= set(launcher.spec_kinds)
+    assert {"ngram", "draft"} <= {k.split(":")[0].split("[")[0] for k in launcher.spec_kinds}   # "ngram[:K]", "draft:PATH"
     assert launcher.ready_timeout_s > 0 and "install_vllm_cpu.sh" in launcher.install_hint
     assert launcher.env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
 
@@ -62,9 +62,32 @@ def test_the_server_report_names_a_reproducer_that_uses_only_the_openai_client()
     from pathlib import Path
     root = Path(__file__).resolve().parents[1]
     readme = (root / "reports" / "vllm-cpu-server-0.32.0" / "README.md").read_text()
-    repro = root / "specverify" / "findings" / "repro" / "vllm_cpu_server_spec.py"
-    assert "findings/repro/vllm_cpu_server_spec.py" in readme and repro.with_suffix(".out").is_file()
-    tree = ast.parse(repro.read_text())
-    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert imported - {"collections", "concurrent", "sys"} == {"openai"}, imported
+    for name in ("vllm_cpu_server_spec", "vllm_cpu_server_serving"):       # the server rows', the serving rows'
+        repro = root / "specverify" / "findings" / "repro" / f"{name}.py"
+        assert f"findings/repro/{name}.py" in readme and repro.with_suffix(".out").is_file()
+        tree = ast.parse(repro.read_text())
+        imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert imported - {"collections", "concurrent", "sys"} == {"openai"}, (name, imported)
+
+
+def test_driver_refuses_unknown_checks_and_specs_before_any_work(tmp_path):
+    from specverify.findings import vllm_cpu_server as driver
+
+    out = tmp_path / "out"
+    with pytest.raises(InputError, match="--checks 'server,bogus'"):
+        driver.main([sys.executable, str(out), "--checks", "server,bogus"])
+    with pytest.raises(InputError, match="--checks ''"):
+        driver.main([sys.executable, str(out), "--checks", ""])
+    with pytest.raises(InputError, match="--specs"):
+        driver.main([sys.executable, str(out), "--specs", "eagle"])
+    assert not out.exists()
+    assert "--enable-prompt-tokens-details" in driver.EXTRA      # the prefix-cache row needs cache hits reported
+    assert set(driver.CHECKS) == {"server", "serving"}
+    for bad in ("10", "16", "0"):                   # vLLM's CPU attention takes multiples of 32 only
+        with pytest.raises(InputError, match=f"--block-size {bad}:"):
+            driver.main([sys.executable, str(out), "--block-size", bad])
+    assert not out.exists()
+    with pytest.raises(InputError, match="only ngram"):
+        driver.main([sys.executable, str(out), "--model", "smollm2", "--specs", "ngram,draft"])
+    assert not out.exists()

