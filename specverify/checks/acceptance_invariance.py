@@ -41,6 +41,7 @@ Budget (`--samples`): max(500, samples // 100) whole runs per arm, two arms per 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -159,7 +160,7 @@ def row(engine, ctx, rel: Relation, target, draft, n: int, a_exact: float) -> Ch
                                         length=LENGTH, **kw)
             got = info.get(TRACE_KEY)
             if got is None:
-                return CheckResult(name, SKIP, n=n, seconds=t.seconds,
+                return CheckResult(name, SKIP, n=n, seconds=time.perf_counter() - t.start,
                                    detail="generate() reported no per-run verify_counts: two arms' totals cannot be "
                                           "compared without a law", data={"not_covered": ["verify_counts"]})
             if len(got) != n:
@@ -169,7 +170,7 @@ def row(engine, ctx, rel: Relation, target, draft, n: int, a_exact: float) -> Ch
     seq_a, seq_b = sequence(traces[0], KAPPA), sequence(traces[1], KAPPA)
     arms = {rel.a.label: arm_summary(traces[0], KAPPA, a_exact), rel.b.label: arm_summary(traces[1], KAPPA, a_exact)}
     if min(seq_a.size, seq_b.size) < 2 * KAPPA:
-        return CheckResult(name, SKIP, n=n, seconds=t.seconds,
+        return CheckResult(name, SKIP, n=n, seconds=time.perf_counter() - t.start,
                            detail=f"too few verify steps drafting kappa = {KAPPA} ({seq_a.size}, {seq_b.size}): tests nothing",
                            data={"not_covered": [rel.knob], "arms": arms})
     k = KAPPA + 1
