@@ -209,6 +209,7 @@ def test_a_shard_whose_actor_is_lost_twice_is_one_line_naming_it(cluster, tmp_pa
                          capture_output=True, text=True, timeout=900, env=env)
     (die_dir / "times").write_text("0")
     assert out.returncode == 2 and not path.exists()
-    err = out.stderr.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("specverify: error: rare_event seeded shard ")
+    # Ray's C++ core warns on stderr that it finds no external route from inside the namespace
+    err = [line for line in out.stderr.strip().splitlines() if "] network_util.cc:" not in line]
+    assert len(err) == 1 and err[0].startswith("specverify: error: rare_event seeded shard "), out.stderr[-2000:]
     assert "its adapter actor was lost 2 times, nothing of it was counted" in err[0]
