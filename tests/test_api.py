@@ -16,7 +16,7 @@ from specverify.errors import InputError
 def test_the_keywords_are_the_settings_and_how_to_run():
     params = inspect.signature(specverify.audit).parameters
     assert list(params)[0] == "engine"
-    assert tuple(list(params)[1:]) == settings.NAMES + ("jobs", "isolated", "progress")
+    assert tuple(list(params)[1:]) == settings.NAMES + ("jobs", "isolated", "progress", "executor")
     for name in settings.NAMES:
         assert params[name].kind is inspect.Parameter.KEYWORD_ONLY and params[name].default is None
         assert f"{name}:" in specverify.api.audit.__doc__

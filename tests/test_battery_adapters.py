@@ -128,7 +128,7 @@ def test_an_engine_level_plugin_is_audited_by_the_run_checks(tmp_path):
     engine = resolve(f"{path}:factory")
     result = run_audit(engine, Context(samples=20_000))
     assert result.verdict == "pass"
-    assert {r.check for r in result.checks if r.verdict != "skip"} == {"runs", "transforms", "identity"}
+    assert {r.check for r in result.checks if r.verdict != "skip"} == {"runs", "transforms", "identity", "rare_event"}
     # it declares no logits processors: their check runs nothing, says so, and the result lists it
     assert [r.verdict for r in result.checks if r.check == "processors"] == ["skip"]
     assert "does not declare processors" in result.to_dict()["not_covered"]["processors"]

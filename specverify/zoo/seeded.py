@@ -53,3 +53,26 @@ class SeedSharedStream(VectorSampler):
                             self.position + np.arange(n_acc + batch.batch_size))
         self.position += u.size
         return Coins(u[:n_acc], u[n_acc:])
+
+
+@mutant(53, "seeded-coin-rounded-to-one", targets=("rare_event",))
+class SeededCoinRoundedToOne(VectorSampler):
+    """The coin-endpoint class of mutant 8 (coin-one-past-cdf: SGLang's seeded path cast its coins to
+    float32, which rounds the largest to exactly 1.0, and a 1.0 coin walks past the last CDF bucket) in
+    the engine's *own* generator, where injected coins cannot reach it: each seeded request's final coin
+    is rounded to a grid of 1 / FINAL_STEPS, so u >= 1 - 1 / (2 FINAL_STEPS) becomes exactly 1.0, and the
+    draw clamps a walk past the end to id V - 1 whatever its probability. With injected coins (all below
+    1) it is exact; only the rare_event check, drawing seeded requests, sees it. Planted here at a rate
+    the zoo can afford (2e-3: about 14 events expected in the 6,905 draws of --rare-rate 1e-3);
+    tests/plugins/rare_endpoint.py plants the same bug at 1e-5."""
+
+    FINAL_STEPS = 250
+
+    def seeded_coins(self, batch, seeds):
+        coins = super().seeded_coins(batch, seeds)
+        return Coins(coins.accept, np.round(coins.final * self.FINAL_STEPS) / self.FINAL_STEPS)
+
+    def draw(self, w, coin):
+        cdf = np.cumsum(w, axis=1)
+        token = (cdf <= (np.asarray(coin) * cdf[:, -1])[:, None]).sum(axis=1)
+        return np.minimum(token, w.shape[1] - 1)

@@ -13,23 +13,13 @@ mode one request in 1e5 emits id V - 1 even where it has probability 0.
 
 from __future__ import annotations
 
-import numpy as np
+from specverify.zoo.seeded import SeededCoinRoundedToOne
 
-from specverify.reference.batch import Coins
-from specverify.reference.vector import VectorSampler
-
-FINAL_STEPS = 50_000        # the final coin's grid: round(u * 5e4) / 5e4 is 1.0 for u >= 1 - 1e-5
 PLANTED_RATE = 1e-5         # the chance a seeded request's final coin is exactly 1.0
 
 
-class PlantedEndpoint(VectorSampler):
+class PlantedEndpoint(SeededCoinRoundedToOne):
+    """Zoo mutant 53 (seeded-coin-rounded-to-one) at a rate of 1e-5 instead of 2e-3."""
+
     name = "planted-endpoint-1e-5"
-
-    def seeded_coins(self, batch, seeds):
-        coins = super().seeded_coins(batch, seeds)
-        return Coins(coins.accept, np.round(coins.final * FINAL_STEPS) / FINAL_STEPS)
-
-    def draw(self, w, coin):
-        cdf = np.cumsum(w, axis=1)
-        token = (cdf <= (np.asarray(coin) * cdf[:, -1])[:, None]).sum(axis=1)
-        return np.minimum(token, w.shape[1] - 1)
+    FINAL_STEPS = 50_000        # the final coin's grid: round(u * 5e4) / 5e4 is 1.0 for u >= 1 - 1e-5
