@@ -109,8 +109,9 @@ def test_the_readme_block_of_a_zoo_run_equals_that_of_its_report():
     lines = block.splitlines()
     assert lines[:2] == ["```console", "$ specverify zoo"] and lines[-1] == "```"
     assert lines[2].split() == ["marg", "joint", "accept", "endpt", "compos", "greedy", "seeded", "rng", "runs",
-                                "transf", "ident", "eacc", "ainv", "procs", "ranks", "largeV", "ftail", "hostil", "verdict"]
-    assert lines[5].split() == ["mutant:engine-b"] + ["-"] * 8 + ["X", "-", "."] + ["-"] * 7 + ["FAIL"]
+                                "transf", "ident", "eacc", "ainv", "procs", "ranks", "largeV", "ftail", "rare", "hostil",
+                                "verdict"]
+    assert lines[5].split() == ["mutant:engine-b"] + ["-"] * 8 + ["X", "-", "."] + ["-"] * 8 + ["FAIL"]
     assert lines[-2] == "zoo: FAILED -- reference PASS, 1/2 mutants caught (missed: mutant:a)"
 
 
