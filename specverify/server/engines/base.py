@@ -82,6 +82,11 @@ class EngineLauncher:
         under `workdir` and returns its path."""
         return model
 
+    def child_env(self, workdir: Path) -> dict:
+        """What the child's environment adds to ours (default `env`; a launcher may point caches under
+        `workdir`, a folder of this launch)."""
+        return dict(self.env)
+
     def served_name(self, model: str) -> str | None:
         """The model name requests must carry (None: the server's only model)."""
         return None
@@ -272,7 +277,8 @@ def launched(launcher: EngineLauncher, python: str, model: str, spec: str = NO_S
     log.parent.mkdir(parents=True, exist_ok=True)
     model = launcher.prepare(str(model), spec, log.parent / f"{log.stem}-model")
     argv = [str(a) for a in launcher.command(python, model, port, spec, tuple(extra))]
-    env = dict(os.environ, **launcher.env)
+    added = launcher.child_env(log.parent / f"{log.stem}-work")
+    env = dict(os.environ, **added)
     url = f"http://{HOST}:{port}/v1"
     timeout = launcher.ready_timeout_s if ready_timeout_s is None else ready_timeout_s
     with _sigterm_raises():
@@ -292,7 +298,7 @@ def launched(launcher: EngineLauncher, python: str, model: str, spec: str = NO_S
                 models = _models(url)
                 if models is None:
                     time.sleep(READY_POLL_S)
-            yield Launched(launcher.name, url, argv, log, proc.pid, version, spec, models, dict(launcher.env),
+            yield Launched(launcher.name, url, argv, log, proc.pid, version, spec, models, added,
                            time.monotonic() - start)
         finally:
             stop(proc, grace_s)

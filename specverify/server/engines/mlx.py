@@ -9,6 +9,9 @@ and the request validation in `do_POST`): text prompts only (the prompt is token
 MLX's global generator), no `n`. Its GET /v1/models lists the models of the Hugging Face cache and the
 command line's model under its resolved path: the command gets resolved paths and requests name the
 model by that path (`ModelProvider.load` then finds it loaded, with the command line's draft).
+That listing calls huggingface_hub's `scan_cache_dir`, which raises when the cache folder does not exist
+(a fresh machine): the handler has sent 200 and its headers already, so the answer is an empty body and
+the server never looks ready. The child gets HF_HUB_CACHE, an empty folder of this launch.
 """
 
 from __future__ import annotations
@@ -32,6 +35,11 @@ class MlxLauncher(EngineLauncher):
 
     def served_name(self, model):
         return _resolved(model)
+
+    def child_env(self, workdir):
+        cache = Path(workdir) / "hf-cache"
+        cache.mkdir(parents=True, exist_ok=True)
+        return {**self.env, "HF_HUB_CACHE": str(cache)}
 
 
 def _resolved(path) -> str:
