@@ -21,7 +21,7 @@ its python with --python):
 {engines}
 examples:
   specverify serve-audit specverify --python .venv/bin/python --model tiny:4,7 --spec draft --plain
-  specverify serve-audit mlx --python /work/venvs/mlx/bin/python --model TARGET_DIR \\
+  specverify serve-audit mlx --python VENV/bin/python --model TARGET_DIR \\
       --spec draft:DRAFT_DIR --plain --samples 10000
 
 exit codes: 0 the server passes, 1 a row fails, 2 usage or input error, or the server could not be

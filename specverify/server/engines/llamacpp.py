@@ -18,8 +18,7 @@ from dataclasses import dataclass
 
 from .base import EngineLauncher, parse_spec
 
-INSTALL = ("LLAMACPP_WHEEL=/work/wheels/llama_cpp_python-0.3.36-*.whl "
-           "bash specverify/findings/install_llamacpp.sh /work/venvs/llamacpp")
+INSTALL = "bash specverify/findings/install_llamacpp.sh VENV   (compiles llama.cpp; LLAMACPP_WHEEL=WHL reuses a wheel)"
 LOOKUP = "prompt-lookup-decoding"
 
 

