@@ -366,3 +366,17 @@ def test_needle_fails_when_a_probe_changes_among_fillers():
     from specverify.checks.server import needle
     row = needle(_stub_engine(lambda r, crowded: _choice([1, 2 if crowded else 3], [-1.0, -1.0]), None), Context())
     assert row.verdict == "fail" and "alone vs among 16 concurrent fillers" in row.detail
+
+
+def test_an_error_body_with_a_plain_text_error_is_named_in_the_line():
+    # mlx_lm.server answers {"error": "<exception text>"} with a 404 for any exception in generation
+    import httpx
+    import openai
+
+    from specverify.server.client import _message
+    request = httpx.Request("POST", "http://127.0.0.1:1/v1/completions")
+    response = httpx.Response(404, request=request, json={"error": "draft model failed"})
+    exc = openai.NotFoundError("Error code: 404", response=response, body={"error": "draft model failed"})
+    assert _message(exc) == "draft model failed"
+    exc = openai.NotFoundError("Error code: 404", response=response, body={"error": {"message": "no such model"}})
+    assert _message(exc) == "no such model"

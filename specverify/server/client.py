@@ -414,6 +414,8 @@ def _message(exc) -> str:
         err = body.get("error", body)
         if isinstance(err, dict) and err.get("message"):
             return str(err["message"])[:200]
+        if isinstance(err, str) and err:            # {"error": "text"} (mlx_lm.server)
+            return err[:200]
     return str(getattr(exc, "message", exc))[:200]
 
 
