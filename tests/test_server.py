@@ -380,3 +380,5 @@ def test_an_error_body_with_a_plain_text_error_is_named_in_the_line():
     assert _message(exc) == "draft model failed"
     exc = openai.NotFoundError("Error code: 404", response=response, body={"error": {"message": "no such model"}})
     assert _message(exc) == "no such model"
+    exc = openai.NotFoundError("Error code: 404", response=response, body="text input must be of type `str`")
+    assert _message(exc) == "text input must be of type `str`"      # what the openai client makes of the first

@@ -372,6 +372,12 @@ class ServerClient:
             return PROBE_PROMPT
         except Unsupported as exc:
             s.features["token_id_prompts"], s.why["token_id_prompts"] = False, str(exc)
+        except ServerError as exc:
+            # mlx_lm.server answers 404 for a refused request (any exception in generation): the route exists
+            # (GET /v1/models answered), so a 404 here refuses token ids; the text probe below decides the rest
+            if "HTTP 404" not in str(exc):
+                raise
+            s.features["token_id_prompts"], s.why["token_id_prompts"] = False, str(exc).split(": ", 1)[-1]
         s.prompt_kind = "text"
         try:
             self.complete(self.probe_text, max_tokens=1, temperature=0.0, extra={})
@@ -410,6 +416,8 @@ def _usage(block) -> dict | None:
 
 def _message(exc) -> str:
     body = getattr(exc, "body", None)
+    if isinstance(body, str) and body:              # the openai client unwraps {"error": "text"} (mlx_lm.server's)
+        return body[:200]
     if isinstance(body, dict):
         err = body.get("error", body)
         if isinstance(err, dict) and err.get("message"):
