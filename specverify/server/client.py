@@ -35,6 +35,9 @@ SEED_DIFFERS = "two requests with the same seed differ"     # the probe's findin
 GRACE_S = 2.0                     # beyond --timeout, before a request that is still receiving is given up
 
 
+FEWER_CHOICES = "choices, got"       # the words of the error a wrong number of choices raises
+
+
 class ServerError(AdapterError):
     """The server could not be audited: one line naming the URL and what went wrong."""
 
@@ -248,7 +251,7 @@ class ServerClient:
         choices = parse_choices(self.url, data)
         want = n * (1 if isinstance(prompt, str) or not prompt or isinstance(prompt[0], int) else len(prompt))
         if len(choices) != want:
-            raise _fail(self.url, f"asked for {want} choices, got {len(choices)}")
+            raise _fail(self.url, f"asked for {want} {FEWER_CHOICES} {len(choices)}")
         return Response(choices, _usage(data.get("usage"))) if full else choices
 
     def _stream(self, kw) -> Response:
@@ -342,6 +345,12 @@ class ServerClient:
                 ok = fn()
             except Unsupported as exc:
                 s.features[name], s.why[name] = False, str(exc)
+                return
+            except ServerError as exc:
+                if name != "n" or FEWER_CHOICES not in str(exc):
+                    raise
+                # mlx_lm.server ignores n and answers one choice: while probing that means "no n"
+                s.features[name], s.why[name] = False, str(exc).split(": ", 1)[-1]
                 return
             s.features[name] = bool(ok)
             if not ok:
