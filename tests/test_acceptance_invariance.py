@@ -120,17 +120,21 @@ def test_totals_only_counters_are_a_skip():
 
 
 def test_chunked_prefill_emits_the_same_tokens_as_a_whole_prefill():
+    # one request a run (in a batch, the neighbours' schedule moves too). Chunks of 6 and 7 leave a last chunk
+    # of 4 and 5 tokens; a last chunk of ONE token (chunk 1 or 3 here) is a decode step that drafts, one verify
+    # step earlier than after a whole prefill: the same law with other coins (docs/acceptance.md), not compared
     target, draft = circulant.pair(8, 3)
     prompt = tuple(range(8)) * 5
-    params = [SamplingParams(temperature=0.7, max_tokens=10, seed=s) for s in range(40)]
     runs = {}
-    for chunk in (None, 1, 7):
-        res = api.generate(target, draft, [prompt] * 40, sampling=params, spec=api.SpecOptions("draft", kappa=3),
-                           run=api.RunOptions(prefill_chunk=chunk))
-        runs[chunk] = res.tokens
-        steps = res.metrics.num_steps
-        if chunk is not None:           # the chunked prefill takes ceil(41 / chunk) steps, emitting once
-            assert steps > len(prompt) // chunk
-    assert runs[1] == runs[None] and runs[7] == runs[None]
+    for chunk in (None, 6, 7):
+        runs[chunk] = []
+        for seed in range(8):
+            res = api.generate(target, draft, [prompt], sampling=[SamplingParams(temperature=0.7, max_tokens=10, seed=seed)],
+                               spec=api.SpecOptions("draft", kappa=3), run=api.RunOptions(prefill_chunk=chunk))
+            runs[chunk].append(res.tokens[0])
+            if chunk is not None:       # the chunked prefill takes ceil(40 / chunk) steps before it emits
+                assert res.metrics.num_steps > len(prompt) // chunk
+    assert len({tuple(t) for t in runs[None]}) > 1          # the seeds matter: the comparison can fail
+    assert runs[6] == runs[None] and runs[7] == runs[None]
     with pytest.raises(InputError, match="prefill_chunk"):
         api.RunOptions(prefill_chunk=0)

@@ -196,8 +196,11 @@ class Engine:
 
     # -- one step ----------------------------------------------------------------------------------
     def _num_drafts(self, req, kappa: int) -> int:
-        if len(req.tokens) - req.num_fed > 1 and not req.resume_decode:     # prefill (or catching up): no drafts
+        unfed = len(req.tokens) - req.num_fed
+        if unfed > 1 and not req.resume_decode:     # prefill (or catching up): no drafts
             return 0
+        if self.prefill_chunk is not None and unfed > self.prefill_chunk:
+            return 0                                # a resumed request's recompute, chunk by chunk: drafts with its last
         k = kappa if req.params.kappa is None else min(kappa, req.params.kappa)
         return max(0, min(k, req.params.max_tokens - len(req.output) - 1))
 
