@@ -382,9 +382,11 @@ class ServerClient:
         except Unsupported as exc:
             s.features["token_id_prompts"], s.why["token_id_prompts"] = False, str(exc)
         except ServerError as exc:
-            # mlx_lm.server answers 404 for a refused request (any exception in generation): the route exists
-            # (GET /v1/models answered), so a 404 here refuses token ids; the text probe below decides the rest
-            if "HTTP 404" not in str(exc):
+            # mlx_lm.server answers 404 for a refused request (any exception in generation), llama-cpp-python's
+            # server 500 for a prompt that fails validation: the route exists (GET /v1/models answered), so an
+            # HTTP error here refuses token ids; the text probe below decides the rest (and fails the same way
+            # on a server that answers nothing)
+            if "HTTP " not in str(exc):
                 raise
             s.features["token_id_prompts"], s.why["token_id_prompts"] = False, str(exc).split(": ", 1)[-1]
         s.prompt_kind = "text"
