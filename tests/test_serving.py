@@ -85,7 +85,16 @@ def test_the_reference_server_passes_every_serving_row(urls):
     assert by["server.preemption"].data["preemptions_at_once"] > 0 and "bit for bit" in by["server.preemption"].detail
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
+# preempt-keeps-draft-state is caught only when a request is preempted *while decoding*, and which requests
+# are depends on when the wave's requests arrive: under CI's two busy xdist workers one run in two saw only
+# prefill-time preemptions (3, the row then passes on the variant). Until the row forces a decode-time
+# preemption it runs outside CI: pytest tests/test_serving.py -m slow (the engine-level test of the variant,
+# tests/test_engine_preemption.py, is deterministic and stays in CI).
+TIMING_DEPENDENT = {"preempt-keeps-draft-state"}
+
+
+@pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.slow) if v in TIMING_DEPENDENT else v
+                                     for v in VARIANTS])
 def test_each_broken_variant_is_caught_by_its_row(urls, variant):
     rows = _rows(urls[variant], VARIANTS[variant])
     assert rows[0].verdict == "fail" and rows[0].exact, rows[0].detail
