@@ -66,15 +66,8 @@ def build(folder, vocab: int, seed: int, *, draft_of=None, noise: float = tiny.D
         raise InputError(f"tiny_hybrid: vocab {vocab} outside [2, 4096]")
     folder = Path(folder)
     params = _params(vocab, seed, draft_of, noise, tied)
-    stamp = folder / STAMP
-    if stamp.exists() and json.loads(stamp.read_text()) == params:
-        return folder
-    installed.load("transformers", "transformers")
-    tiny._quiet()
-    with cache.building(folder), tiny.TORCH_LOCK:
-        if stamp.exists() and json.loads(stamp.read_text()) == params:
-            return folder
-        return _build(folder, int(vocab), int(seed), draft_of, float(noise), params, bool(tied))
+    return tiny.build_once(folder, params, stamp_name=STAMP,
+                           make=lambda: _build(folder, int(vocab), int(seed), draft_of, float(noise), params, bool(tied)))
 
 
 def _build(folder: Path, vocab: int, seed: int, draft_of, noise: float, params: dict, tied: bool) -> Path:
@@ -94,13 +87,8 @@ def _build(folder: Path, vocab: int, seed: int, draft_of, noise: float, params: 
             base = Lfm2ForCausalLM.from_pretrained(str(draft_of), dtype=torch.float32)
             if base.config.vocab_size != vocab:
                 raise InputError(f"tiny_hybrid: draft vocab {vocab} differs from its target's {base.config.vocab_size}")
-            for (_, p), (_, q) in zip(model.named_parameters(), base.named_parameters()):
-                p.copy_(q + noise * float(q.std()) * torch.randn(p.shape, generator=gen))
-    with cache.atomic_folder(folder) as tmp:
-        model.save_pretrained(str(tmp), safe_serialization=True)
-        tiny._tokenizer_files(tmp, vocab, 0)
-        (tmp / STAMP).write_text(json.dumps(params, indent=1))
-    return folder
+            tiny.perturb_from(model, base, noise, gen)
+    return tiny.save_folder(folder, model, vocab, 0, params, STAMP)
 
 
 def params_of(folder) -> dict:

@@ -72,15 +72,8 @@ def build(folder, vocab: int, seed: int, *, window: int = WINDOW, draft_of=None,
         raise InputError(f"tiny_sliding: window {window} outside [2, {tiny.MAX_POSITIONS})")
     folder = Path(folder)
     params = _params(vocab, seed, window, draft_of, noise)
-    stamp = folder / STAMP
-    if stamp.exists() and json.loads(stamp.read_text()) == params:
-        return folder
-    installed.load("transformers", "transformers")
-    tiny._quiet()
-    with cache.building(folder), tiny.TORCH_LOCK:
-        if stamp.exists() and json.loads(stamp.read_text()) == params:
-            return folder
-        return _build(folder, int(vocab), int(seed), int(window), draft_of, float(noise), params)
+    return tiny.build_once(folder, params, stamp_name=STAMP,
+                           make=lambda: _build(folder, int(vocab), int(seed), int(window), draft_of, float(noise), params))
 
 
 def _build(folder: Path, vocab: int, seed: int, window: int, draft_of, noise: float, params: dict) -> Path:
@@ -101,13 +94,8 @@ def _build(folder: Path, vocab: int, seed: int, window: int, draft_of, noise: fl
             if base.config.vocab_size != vocab or base.config.sliding_window != window:
                 raise InputError(f"tiny_sliding: draft (V={vocab}, window {window}) differs from its target's "
                                  f"(V={base.config.vocab_size}, window {base.config.sliding_window})")
-            for (_, p), (_, q) in zip(model.named_parameters(), base.named_parameters()):
-                p.copy_(q + noise * float(q.std()) * torch.randn(p.shape, generator=gen))
-    with cache.atomic_folder(folder) as tmp:
-        model.save_pretrained(str(tmp), safe_serialization=True)
-        tiny._tokenizer_files(tmp, vocab, 0)
-        (tmp / STAMP).write_text(json.dumps(params, indent=1))
-    return folder
+            tiny.perturb_from(model, base, noise, gen)
+    return tiny.save_folder(folder, model, vocab, 0, params, STAMP)
 
 
 def params_of(folder) -> dict:

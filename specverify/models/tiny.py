@@ -112,7 +112,14 @@ def build(folder, vocab: int, seed: int, *, draft_of=None, noise: float = DRAFT_
               "draft_of": None if draft_of is None else str(Path(draft_of).resolve()),
               "noise": float(noise) if draft_of is not None else None,
               "arch": [HIDDEN, INTERMEDIATE, LAYERS, HEADS, KV_HEADS, LOGIT_STD]}
-    stamp = folder / STAMP
+    return build_once(folder, params, lambda: _build(folder, int(vocab), int(seed), draft_of, float(noise),
+                                                     int(extra_tokens), params))
+
+
+def build_once(folder: Path, params: dict, make, stamp_name: str = STAMP) -> Path:
+    """`folder` if its stamp (file `stamp_name`) records `params`; else `make()` (which writes it) under
+    the folder's build lock and the torch lock -- the shared entry of every tiny family's `build`."""
+    stamp = folder / stamp_name
     if stamp.exists() and json.loads(stamp.read_text()) == params:
         return folder
     installed.load("transformers", "transformers")
@@ -120,7 +127,23 @@ def build(folder, vocab: int, seed: int, *, draft_of=None, noise: float = DRAFT_
     with cache.building(folder), TORCH_LOCK:
         if stamp.exists() and json.loads(stamp.read_text()) == params:      # built meanwhile by another process
             return folder
-        return _build(folder, int(vocab), int(seed), draft_of, float(noise), int(extra_tokens), params)
+        return make()
+
+
+def perturb_from(model, base, noise: float, gen) -> None:
+    """A draft's weights (in place, under no_grad): each of `base`'s plus noise * its std * N(0, 1)."""
+    import torch
+    for (_, p), (_, q) in zip(model.named_parameters(), base.named_parameters()):
+        p.copy_(q + noise * float(q.std()) * torch.randn(p.shape, generator=gen))
+
+
+def save_folder(folder: Path, model, vocab: int, extra_tokens: int, params: dict, stamp_name: str = STAMP) -> Path:
+    """Write `model`, the tiny tokenizer over `vocab` (+ `extra_tokens` specials) and the stamp, atomically."""
+    with cache.atomic_folder(folder) as tmp:
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        _tokenizer_files(tmp, vocab, extra_tokens)
+        (tmp / stamp_name).write_text(json.dumps(params, indent=1))
+    return folder
 
 
 def init_unit_gain(model, gen) -> None:
@@ -154,14 +177,9 @@ def _build(folder: Path, vocab: int, seed: int, draft_of, noise: float, extra_to
             if base.config.vocab_size != vocab + extra_tokens:
                 raise InputError(f"tiny_llama: draft vocab {vocab}+{extra_tokens} differs from its target's "
                                  f"{base.config.vocab_size}")
-            for (name, p), (_, q) in zip(model.named_parameters(), base.named_parameters()):
-                p.copy_(q + noise * float(q.std()) * torch.randn(p.shape, generator=gen))
+            perturb_from(model, base, noise, gen)
             model.lm_head.weight[vocab:] = 0.0
-    with cache.atomic_folder(folder) as tmp:
-        model.save_pretrained(str(tmp), safe_serialization=True)
-        _tokenizer_files(tmp, vocab, extra_tokens)
-        (tmp / STAMP).write_text(json.dumps(params, indent=1))
-    return folder
+    return save_folder(folder, model, vocab, extra_tokens, params)
 
 
 def tabulated(folder, name: str | None = None):
