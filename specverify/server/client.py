@@ -129,7 +129,8 @@ def parse_choices(url: str, body) -> list:
 class ServerClient:
     """One OpenAI-compatible server. `timeout`: seconds one request (or one wave in `many`) may take."""
 
-    def __init__(self, url: str, model: str | None = None, timeout: float = 120.0, probe_text: str = PROBE_TEXT):
+    def __init__(self, url: str, model: str | None = None, timeout: float = 120.0, probe_text: str = PROBE_TEXT,
+                 defaults: dict | None = None):
         try:
             import openai
         except ImportError:
@@ -149,6 +150,8 @@ class ServerClient:
         # codec's text, and its answers' ids are read back through it (`_with_ids`)
         self.codec = None
         self.codec_prompts = False
+        # body fields every request carries unless it sets them (a launcher's neutral sampler: engines.base)
+        self.defaults = dict(defaults or {})
 
     # -- one request ---------------------------------------------------------------------------------
     def _call(self, fn):
@@ -248,6 +251,7 @@ class ServerClient:
         body = dict(self.extra if extra is None else extra)
         if top_k is not None:
             body["top_k"] = top_k
+        body = {**{k: v for k, v in self.defaults.items() if k not in kw}, **body}
         if body:
             kw["extra_body"] = body
         if stream:

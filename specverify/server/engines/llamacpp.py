@@ -32,5 +32,12 @@ class LlamaCppLauncher(EngineLauncher):
         return argv + list(extra)
 
 
+# llama-cpp-python's completions request (llama_cpp/server/types.py: top_p_field, top_k_field, min_p_field,
+# repeat_penalty_field) defaults to top_p 0.95, top_k 40, min_p 0.05 and repeat_penalty 1.1, not OpenAI's
+# plain temperature sampling: a request that names only temperature is not sampled from the temperature law.
+# The audit sends the neutral values (an explicit top_p / top_k of a row still wins).
+NEUTRAL_SAMPLING = {"top_p": 1.0, "top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
+
 LAUNCHER = LlamaCppLauncher(name="llamacpp", install_hint=INSTALL, spec_kinds=("none", "lookup:N"),
-                            env={}, ready_timeout_s=300.0, distribution="llama_cpp_python")
+                            env={}, ready_timeout_s=300.0, distribution="llama_cpp_python",
+                            request_defaults=NEUTRAL_SAMPLING)
