@@ -10,6 +10,12 @@ Speculation: prompt lookup only. Its settings (llama_cpp/server/settings.py, `Mo
 offer no draft *model*: a second GGUF cannot be given to the server. `lookup:N` here is
 `--draft_model prompt-lookup-decoding --draft_model_num_pred_tokens N` (its n-gram size stays the
 class default, 2).
+
+Its completions endpoint takes text prompts only (a token-id list fails request validation: HTTP 500) and
+returns no token ids: on the GGUF of a `specverify models write` folder the audit's client maps ids and
+text through the file's one-character pieces (`models.pieces`). Its request defaults are not OpenAI's
+(`NEUTRAL_SAMPLING` below); its KV cache is f16 unless launched with `--type_k 0 --type_v 0`
+(`--engine-args`), which the report in reports/llamacpp-server-0.3.36/ uses.
 """
 
 from __future__ import annotations
