@@ -66,7 +66,8 @@ class Kind:
 
 KINDS = {
     "tiny-llama": Kind("tiny-llama", ("hf", "gguf"),
-                       "2-layer random Llama (models.tiny), exact float64 law; transformers folder and f32 GGUF"),
+                       "2-layer random Llama (models.tiny), exact float64 law; transformers folder and f32 GGUF "
+                       "(its text one character a token)"),
 }
 
 
