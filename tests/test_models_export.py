@@ -117,7 +117,7 @@ def test_rewriting_replaces_an_earlier_export_whole_and_a_failed_write_leaves_it
     assert first["formats"] == ["hf"] and not (d / "target" / "model-f32.gguf").exists()
     from specverify.models import gguf
 
-    def boom(folder):
+    def boom(folder, text=False):
         raise RuntimeError("disk full")
     monkeypatch.setattr(gguf, "export", boom)
     with pytest.raises(RuntimeError):

@@ -59,7 +59,8 @@ a row that needs what the server lacks is a SKIP listed under not covered.
                       Catches a request resumed with stale draft state or KV (vLLM #52071, PRs #40768,
                       #46066, #49620).
 
-Text: a tiny:V,SEED server's words are known ("t{i}", `server.models.ToyTokenizer`); any other server's
+Text: a tiny:V,SEED server's words are known ("t{i}", `server.models.ToyTokenizer`), and so are the
+one-character pieces of a `specverify models write` GGUF (`models.pieces`, the client's codec); any other server's
 text of ids[:j] is read from the run's logprobs text_offset (prefix-stable detokenisation assumed:
 a tokenizer whose pieces merge across tokens is then compared only where the offsets are given).
 Not covered here: the run law under preemption (only exact seeded and greedy runs), the run law and acceptance under a warm cache, the seeded continuation after a stop, concurrent
@@ -145,9 +146,29 @@ def _token_names(engine, ids) -> list:
     (only a toy's are known to the audit)."""
     if engine.support.ids_via == "token_id_strings":
         return [f"token_id:{t}" for t in ids]
+    codec = _codec(engine)
+    if codec is not None:                # a GGUF's one-character pieces (models.pieces)
+        return [codec.piece(t) for t in ids]
     if engine.vocab is not None:
         return [f" t{t}" for t in ids]
     return [None] * len(ids)
+
+
+def _codec(engine):
+    """The text codec the client reads ids through (a `specverify models write` GGUF's pieces), or None."""
+    client = getattr(engine, "client", None)
+    return getattr(client, "codec", None) if engine.support.ids_via == "pieces" else None
+
+
+def _decoder(engine):
+    """ids -> text for the served model when the audit knows it exactly (a GGUF's pieces, a toy's words)."""
+    codec = _codec(engine)
+    if codec is not None:
+        return codec.encode
+    if engine.vocab is not None:
+        from specverify.server.models import ToyTokenizer
+        return ToyTokenizer(engine.vocab).decode
+    return None
 
 
 def _full(prompt, ids):
@@ -249,9 +270,8 @@ def _ids_as_names(engine) -> dict | None:
 
 def _detokenizer(engine, choice):
     """ids[:j] -> text, for the ids of `choice` (a toy's words, or the run's text offsets), or None."""
-    if engine.vocab is not None:
-        from specverify.server.models import ToyTokenizer
-        return ToyTokenizer(engine.vocab).decode
+    if _decoder(engine) is not None:
+        return _decoder(engine)
     off = choice.offsets
     if off is None or choice.ids is None or len(off) != len(choice.ids) or (off and off[0] != 0):
         return None
@@ -404,10 +424,7 @@ def stream_row(engine, ctx) -> CheckResult:
         plain_all = engine.client.many(reqs, IN_FLIGHT)
         streamed = engine.client.many([{**r, "stream": True} for r in reqs], IN_FLIGHT)
     exact = engine.vocab is not None
-    detok = None
-    if engine.vocab is not None:
-        from specverify.server.models import ToyTokenizer
-        detok = ToyTokenizer(engine.vocab).decode
+    detok = _decoder(engine)
     for i, (r, a, b) in enumerate(zip(reqs, plain_all, streamed)):
         a, b, ua, ub = a.choices[0], b.choices[0], a.usage, b.usage
         what = f"request {i} ({'greedy' if r['temperature'] == 0 else 'seeded'}{', stop ' + repr(r['stop'][0]) if 'stop' in r else ''})"

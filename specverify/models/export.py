@@ -12,7 +12,8 @@ DEST, as written (atomically: built in a temporary folder beside DEST, renamed i
     DEST/target/                     a transformers folder: config.json, model.safetensors (float32),
                                      tokenizer.json ("t0".."t{V-1}", WordLevel), tokenizer_config.json,
                                      generation_config.json (always: the law is read from them); with
-                                     the GGUF format also model-f32.gguf
+                                     the GGUF format also model-f32.gguf, whose vocabulary is one
+                                     character a token (`models.pieces`; the manifest's "gguf_text")
     DEST/draft/                      the target's draft (its weights + noise), the same files
     DEST/target-hdN/, DEST/draft-hdN/  with --head-dim N: the same two functions with every attention head
                                      widened from 16 to N dimensions (`models.tiny.widen_heads`, checked
@@ -51,6 +52,9 @@ DEFAULT_VOCAB = 4
 DEFAULT_SEED = 0
 NATIVE_HEAD_DIM = 16
 WIDE_HEAD_DIMS = (32, 64, 128)      # multiples of 16 that CPU attention kernels take
+GGUF_TEXT_ABOUT = ("the GGUF's vocabulary is one character a token (models.pieces: llama.cpp's 'rwkv' kind, no "
+                   "BOS/EOS/space prefix), not tokenizer.json's words t0..t{V-1}: the same ids, other text. A client "
+                   "of a server that serves the GGUF writes id i as pieces[i] and reads text one character a token")
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,8 @@ class Kind:
 
 KINDS = {
     "tiny-llama": Kind("tiny-llama", ("hf", "gguf"),
-                       "2-layer random Llama (models.tiny), exact float64 law; transformers folder and f32 GGUF"),
+                       "2-layer random Llama (models.tiny), exact float64 law; transformers folder and f32 GGUF "
+                       "(its text one character a token)"),
 }
 
 
@@ -115,7 +120,7 @@ def write(kind: str, dest, *, vocab: int = DEFAULT_VOCAB, seed: int = DEFAULT_SE
     formats = check_request(kind, vocab, seed, fmt, head_dim)
     dest = Path(dest).absolute()
     _check_dest(dest)
-    from . import gguf, tiny
+    from . import gguf, pieces, tiny
     vocab, seed = int(vocab), int(seed)
     with cache.atomic_folder(dest) as tmp:
         target = tiny.build(tmp / "target", vocab, seed)
@@ -128,9 +133,11 @@ def write(kind: str, dest, *, vocab: int = DEFAULT_VOCAB, seed: int = DEFAULT_SE
             files = {}
             entry = {}
             if "gguf" in formats:
-                path = gguf.export(folder)
+                path = gguf.export(folder, text=True)
                 files[f"{role}/{path.name}"] = _sha256(path)
                 entry["gguf"] = f"{role}/{path.name}"
+                entry["gguf_text"] = {**pieces.codec(vocab).to_dict(), "differs_from_tokenizer_json": True,
+                                      "about": GGUF_TEXT_ABOUT}
             if "hf" in formats:
                 entry["hf"] = role
             files[f"{role}/model.safetensors"] = _sha256(folder / "model.safetensors")
@@ -228,6 +235,12 @@ class Exported:
         rel = self.manifest[self.role].get("gguf")
         return None if rel is None else self.root / rel
 
+    def text_codec(self):
+        """The GGUF's text <-> ids mapping (`models.pieces.PieceCodec`), or None (no GGUF, or one written
+        before the one-character vocabulary)."""
+        from .pieces import from_entry
+        return from_entry(self.manifest[self.role].get("gguf_text"))
+
     def verify(self) -> None:
         """InputError unless the role's weights are the ones the manifest names (sha256)."""
         digests = dict(self.manifest[self.role]["sha256"])
@@ -288,9 +301,23 @@ def find(path) -> Exported | None:
     return None
 
 
+def served_codec(served):
+    """The text codec of the model a server names `served` when that is the GGUF of an export (llama.cpp's
+    servers name a model by the file they loaded), else None: a transformers folder keeps its words."""
+    found = find(served)
+    if found is None or found.gguf() is None:
+        return None
+    try:
+        if Path(str(served)).expanduser().resolve() != found.gguf().resolve():
+            return None
+    except (OSError, ValueError):
+        return None
+    return found.text_codec()
+
+
 def describe_kinds() -> list:
     """[(kind, formats, about)] for `specverify models list`."""
     return [(k.name, ", ".join(k.formats), k.about) for k in KINDS.values()]
 
 
-__all__ = ["write", "find", "read_manifest", "Exported", "KINDS", "MANIFEST", "check_request", "describe_kinds"]
+__all__ = ["write", "find", "served_codec", "read_manifest", "Exported", "KINDS", "MANIFEST", "check_request", "describe_kinds"]

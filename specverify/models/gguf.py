@@ -16,11 +16,15 @@ then, after tokenizer.model and a Llama BPE tokenizer are not found, it hashes t
 output on a test string and stops at "NotImplementedError: BPE pre-tokenizer was not recognized -
 update get_vocab_base_pre()" (with extra_tokens < 3 at "WordLevel error: Missing [UNK] token"):
 it accepts only tokenizers it recognises, and the tiny models' WordLevel tokenizer is not one.
-The battery feeds token ids, so the vocabulary is only what
-llama.cpp needs to load the model: a "llama" (SentencePiece-style) vocabulary of the tiny model's
-token strings "t0".."t{V-1}" with score 0 and type NORMAL. Without BOS / EOS keys llama.cpp assumes
-its SentencePiece defaults (BOS 1, EOS 2): `Llama.generate` never stops at EOS (only the completion
-API does) and never adds BOS to a token-id prompt, so those ids are ordinary tokens here.
+Two vocabularies (`export(folder, text=...)`):
+
+- words (the in-process adapter, which feeds token ids): a "llama" (SentencePiece-style) vocabulary of
+  the folder's token strings "t0".."t{V-1}" with score 0 and type NORMAL. Without BOS / EOS keys
+  llama.cpp assumes its SentencePiece defaults (BOS 1, EOS 2): `Llama.generate` never stops at EOS
+  (only the completion API does) and never adds BOS to a token-id prompt, so those ids are ordinary
+  tokens here. A *text* prompt aborts llama.cpp on this vocabulary (no byte tokens for the spaces).
+- text (`specverify models write`, for servers that take text prompts): the one-character "rwkv"
+  vocabulary of `models.pieces`: exact text <-> ids, no BOS, no EOS (why: that module's docstring).
 
 Layout: HF's q_proj / k_proj rows are ordered for the "rotate half" RoPE; llama.cpp's LLAMA graph
 rotates adjacent pairs (its "normal" RoPE), so each head's rows are reordered from (half, i) to
@@ -39,7 +43,7 @@ import numpy as np
 from specverify import installed
 from specverify.errors import InputError
 
-from . import tiny
+from . import pieces, tiny
 
 GGUF_NAME = "model-f32.gguf"
 STAMP = "specverify-gguf.json"        # the HF stamp it was written from; a mismatch rewrites the file
@@ -104,14 +108,20 @@ def _rope_rows(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, 2, d // 2, inp).transpose(0, 2, 1, 3).reshape(out, inp)
 
 
-def export(folder) -> Path:
-    """Write `folder`/model-f32.gguf from the HF folder (once; kept while the folder is unchanged)."""
+def export(folder, text: bool = False) -> Path:
+    """Write `folder`/model-f32.gguf from the HF folder (once; kept while the folder is unchanged).
+
+    `text=False` (the in-process adapter, which feeds token ids): a "llama" vocabulary of the folder's
+    words. `text=True` (`specverify models write`, for servers that take text): the one-character
+    "rwkv" vocabulary of `models.pieces` (no BOS, EOS, space prefix or byte fallback), so that
+    llama.cpp tokenizes a text of pieces into exactly one id a character; the folder must then have no
+    special tokens."""
     folder = Path(folder)
     hf_stamp = folder / tiny.STAMP
     if not hf_stamp.exists():
         raise InputError(f"llamacpp: {folder} is not a folder written by tiny_llama (models.tiny.build)")
     path, stamp = folder / GGUF_NAME, folder / STAMP
-    key = hf_stamp.read_text()
+    key = hf_stamp.read_text() + (f"\nvocabulary {pieces.TOKENIZER} {pieces.LAYOUT}" if text else "")
     if path.exists() and stamp.exists() and stamp.read_text() == key:
         return path
     gguf = installed.load("gguf", "gguf")
@@ -140,6 +150,22 @@ def export(folder) -> Path:
     w.add_layer_norm_rms_eps(float(cfg["rms_norm_eps"]))
     w.add_vocab_size(vocab)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    special = {cfg.get("eos_token_id"), cfg.get("bos_token_id"), cfg.get("pad_token_id")} - {None}
+    if text and special:
+        raise InputError(f"llamacpp: {folder} has special tokens; the text vocabulary is written for folders "
+                         "without (specverify models write)")
+    if text:
+        _text_vocabulary(w, gguf, vocab)
+    else:
+        _word_vocabulary(w, gguf, folder, cfg, vocab, special)
+    _write(w, gguf, tensors, names, heads, kv_heads)
+    tmp.replace(path)
+    stamp.write_text(key)
+    return path
+
+
+def _word_vocabulary(w, gguf, folder: Path, cfg: dict, vocab: int, special: set) -> None:
+    """The folder's words as a "llama" vocabulary (module docstring: token-id prompts only)."""
     words = json.loads((folder / "tokenizer.json").read_text())["model"]["vocab"]
     by_id = sorted(words.items(), key=lambda kv: kv[1])
     if [i for _, i in by_id] != list(range(vocab)):
@@ -147,13 +173,27 @@ def export(folder) -> Path:
     w.add_tokenizer_model("llama")
     w.add_token_list([s for s, _ in by_id])
     w.add_token_scores([0.0] * vocab)
-    special = {cfg.get("eos_token_id"), cfg.get("bos_token_id"), cfg.get("pad_token_id")} - {None}
     w.add_token_types([int(gguf.TokenType.CONTROL if i in special else gguf.TokenType.NORMAL) for i in range(vocab)])
     if cfg.get("eos_token_id") is not None:
         w.add_eos_token_id(int(cfg["eos_token_id"]))
     if cfg.get("bos_token_id") is not None:
         w.add_bos_token_id(int(cfg["bos_token_id"]))
     w.add_add_bos_token(False)
+
+
+def _text_vocabulary(w, gguf, vocab: int) -> None:
+    """The one-character "rwkv" vocabulary (`models.pieces`): every piece NORMAL, no special-token keys
+    (that vocabulary kind defaults every special id to none), no BOS added, no space prefix."""
+    w.add_tokenizer_model(pieces.TOKENIZER)
+    w.add_token_list(pieces.pieces(vocab))
+    w.add_token_scores([0.0] * vocab)
+    w.add_token_types([int(gguf.TokenType.NORMAL)] * vocab)
+    w.add_add_bos_token(False)
+    w.add_add_eos_token(False)
+    w.add_add_space_prefix(False)
+
+
+def _write(w, gguf, tensors, names, heads, kv_heads) -> None:
     for hf_name, t in tensors.items():
         base, dot, suffix = hf_name.rpartition(".")
         name = names.get_name(base)
@@ -169,6 +209,3 @@ def export(folder) -> Path:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    tmp.replace(path)
-    stamp.write_text(key)
-    return path

@@ -118,9 +118,10 @@ def word_probe(word_vocab: int | None) -> str:
 
 
 def prepare_server(url: str, given: dict | None = None, *, progress=None, label=None,
-                   word_vocab: int | None = None) -> ServerAudit:
+                   word_vocab: int | None = None, request_defaults: dict | None = None) -> ServerAudit:
     """`word_vocab`: the served model is a tiny Llama folder (`models.tiny`) whose tokenizer knows only the
-    words "t0".."t{V-1}": text prompts (probe and checks) are made of them."""
+    words "t0".."t{V-1}": text prompts (probe and checks) are made of them. `request_defaults`: body
+    fields every request carries unless it sets them (a launcher's neutral sampler)."""
     from specverify import settings as settings_mod
     from specverify.audit import BATTERY
     from specverify.battery.base import Context
@@ -134,11 +135,12 @@ def prepare_server(url: str, given: dict | None = None, *, progress=None, label=
                          f"{', '.join(server_checks())}")
     if s.plain_url is not None and not is_url(s.plain_url):
         raise InputError(f"plain_url {s.plain_url!r}: must be an http:// or https:// URL")
-    client = ServerClient(url, s.model, s.timeout, probe_text=word_probe(word_vocab))
+    client = ServerClient(url, s.model, s.timeout, probe_text=word_probe(word_vocab), defaults=request_defaults)
     client.probe()                                  # names the model when the server serves only one
     plain = None
     if s.plain_url is not None:
-        plain = ServerClient(s.plain_url, client.model, s.timeout, probe_text=word_probe(word_vocab))
+        plain = ServerClient(s.plain_url, client.model, s.timeout, probe_text=word_probe(word_vocab),
+                             defaults=request_defaults)
         plain.probe()
     engine = ServerEngine(client, plain, s.law_model, word_vocab)
     ctx = Context(**settings_mod.context_values(s), progress=progress)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 import queue
 import threading
 import time
@@ -56,6 +57,7 @@ class Choice:
     finish_reason: str | None
     offsets: tuple | None = None  # per token its text offset (logprobs' text_offset), when sent
     deltas: tuple | None = None   # a streamed choice: the text of each chunk, in order
+    tokens: tuple | None = None   # logprobs' "tokens" (each token's text as the server names it), when sent
 
 
 @dataclass(frozen=True)
@@ -70,8 +72,9 @@ class Support:
     """What a server offers, from `ServerClient.probe` ({feature: True/False}, `why` for each False)."""
     features: dict = field(default_factory=dict)
     why: dict = field(default_factory=dict)
-    ids_via: str | None = None    # "token_ids" | "token_id_strings" | None (text only)
+    ids_via: str | None = None    # "token_ids" | "token_id_strings" | "pieces" (the model's text codec) | None
     prompt_kind: str = "ids"      # "ids" or "text"
+    codec: str | None = None      # the text codec ids travel through, when the server takes text only
 
     def __getitem__(self, name):
         return bool(self.features.get(name))
@@ -81,7 +84,7 @@ class Support:
 
     def to_dict(self) -> dict:
         return {"features": dict(self.features), "why": dict(self.why), "ids_via": self.ids_via,
-                "prompt_kind": self.prompt_kind}
+                "prompt_kind": self.prompt_kind, "codec": self.codec}
 
 
 def _fail(url: str, what: str) -> ServerError:
@@ -98,7 +101,7 @@ def parse_choices(url: str, body) -> list:
             raise _fail(url, f"not an OpenAI completions choice: {str(c)[:120]!r}")
         ids = c.get("token_ids")
         lp = c.get("logprobs")
-        logprobs = top = offsets = None
+        logprobs = top = offsets = names = None
         if lp is not None:
             if not isinstance(lp, dict) or not isinstance(lp.get("token_logprobs"), list):
                 raise _fail(url, f"malformed logprobs in a choice: {str(lp)[:120]!r}")
@@ -110,6 +113,8 @@ def parse_choices(url: str, body) -> list:
             if isinstance(off, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in off):
                 offsets = tuple(off)
             tokens = lp.get("tokens") or []
+            if isinstance(tokens, list) and all(isinstance(t, str) for t in tokens):
+                names = tuple(tokens)
             if ids is None and tokens and all(isinstance(t, str) and t.startswith(TOKEN_ID_PREFIX) for t in tokens):
                 ids = [int(t[len(TOKEN_ID_PREFIX):]) for t in tokens]
         if ids is not None:
@@ -117,14 +122,15 @@ def parse_choices(url: str, body) -> list:
                 raise _fail(url, f"token_ids that are not a list of integers: {str(ids)[:120]!r}")
             ids = tuple(ids)
         out.append(Choice(int(c.get("index", 0)), c.get("text", ""), ids, logprobs, top, c.get("finish_reason"),
-                          offsets))
+                          offsets, tokens=names))
     return sorted(out, key=lambda c: c.index)
 
 
 class ServerClient:
     """One OpenAI-compatible server. `timeout`: seconds one request (or one wave in `many`) may take."""
 
-    def __init__(self, url: str, model: str | None = None, timeout: float = 120.0, probe_text: str = PROBE_TEXT):
+    def __init__(self, url: str, model: str | None = None, timeout: float = 120.0, probe_text: str = PROBE_TEXT,
+                 defaults: dict | None = None):
         try:
             import openai
         except ImportError:
@@ -139,6 +145,13 @@ class ServerClient:
         self.support: Support | None = None
         self.extra: dict = {}          # the extra body fields that make the server return token ids
         self.probe_text = probe_text   # the text prompt tried when token-id prompts are refused
+        # a text codec (`models.pieces.PieceCodec`: the GGUF of a `specverify models write` folder) found from
+        # the served model's name at probe time: a server that takes text only then gets id prompts as the
+        # codec's text, and its answers' ids are read back through it (`_with_ids`)
+        self.codec = None
+        self.codec_prompts = False
+        # body fields every request carries unless it sets them (a launcher's neutral sampler: engines.base)
+        self.defaults = dict(defaults or {})
 
     # -- one request ---------------------------------------------------------------------------------
     def _call(self, fn):
@@ -227,6 +240,8 @@ class ServerClient:
                  stream: bool = False, extra: dict | None = None, full: bool = False):
         """One completion request; its choices (`Choice`), in index order. Unsupported on a 4xx.
         `full`: a `Response` (choices and usage; a stream then asks for its usage chunk)."""
+        if self.codec_prompts and not isinstance(prompt, str):
+            prompt = self.codec.encode(prompt)
         kw = dict(model=self.model, prompt=list(prompt) if not isinstance(prompt, str) else prompt,
                   max_tokens=max_tokens, temperature=temperature)
         for name, value in (("n", n if n != 1 else None), ("seed", seed), ("logprobs", logprobs), ("stop", stop),
@@ -236,23 +251,43 @@ class ServerClient:
         body = dict(self.extra if extra is None else extra)
         if top_k is not None:
             body["top_k"] = top_k
+        body = {**{k: v for k, v in self.defaults.items() if k not in kw}, **body}
         if body:
             kw["extra_body"] = body
         if stream:
             if full:
                 kw["stream_options"] = {"include_usage": True}
             got = self._stream(kw)
+            got = Response(self._with_ids(got.choices), got.usage)
             return got if full else got.choices
         raw = self._call(lambda: self.client.completions.with_raw_response.create(**kw))
         try:
             data = raw.http_response.json()
         except ValueError:
             raise _fail(self.url, f"a completions response that is not JSON: {raw.http_response.text[:120]!r}") from None
-        choices = parse_choices(self.url, data)
+        choices = self._with_ids(parse_choices(self.url, data))
         want = n * (1 if isinstance(prompt, str) or not prompt or isinstance(prompt[0], int) else len(prompt))
         if len(choices) != want:
             raise _fail(self.url, f"asked for {want} {FEWER_CHOICES} {len(choices)}")
         return Response(choices, _usage(data.get("usage"))) if full else choices
+
+    def _with_ids(self, choices: list) -> list:
+        """With a codec (and a server that returns no ids): each choice's ids read through it, from the
+        logprobs' tokens where sent (the tokens the server says it returned), else from the text."""
+        if self.codec is None or self.support is None or self.support.ids_via != "pieces":
+            return choices
+        out = []
+        for c in choices:
+            if c.ids is not None:
+                out.append(c)
+                continue
+            try:
+                named = c.tokens is not None and c.logprobs is not None and len(c.tokens) == len(c.logprobs)
+                ids = self.codec.decode("".join(c.tokens) if named else c.text)
+            except ValueError as exc:
+                raise _fail(self.url, f"answered text the model's vocabulary cannot hold: {exc}") from None
+            out.append(replace(c, ids=ids))
+        return out
 
     def _stream(self, kw) -> Response:
         def run():
@@ -264,7 +299,7 @@ class ServerClient:
                     use = _usage(data["usage"])
                 for c in parse_choices(self.url, data if isinstance(data, dict) else {}):
                     a = acc.setdefault(c.index, {"text": "", "ids": [], "lp": [], "top": [], "finish": None,
-                                                 "has_ids": False, "has_lp": False, "deltas": []})
+                                                 "has_ids": False, "has_lp": False, "deltas": [], "tokens": []})
                     a["text"] += c.text
                     a["deltas"].append(c.text)
                     if c.ids is not None:
@@ -273,11 +308,13 @@ class ServerClient:
                     if c.logprobs is not None:
                         a["lp"] += c.logprobs
                         a["top"] += list(c.top or ())
+                        a["tokens"] += list(c.tokens or ())
                         a["has_lp"] = True
                     a["finish"] = c.finish_reason or a["finish"]
             return Response([Choice(i, a["text"], tuple(a["ids"]) if a["has_ids"] else None,
                                     tuple(a["lp"]) if a["has_lp"] else None, tuple(a["top"]) or None, a["finish"],
-                                    deltas=tuple(a["deltas"]))
+                                    deltas=tuple(a["deltas"]),
+                                    tokens=tuple(a["tokens"]) if a["has_lp"] else None)
                              for i, a in sorted(acc.items())], use)
         return self._call(run)
 
@@ -337,8 +374,12 @@ class ServerClient:
             self.model = models[0]
         elif self.model not in models:
             raise _fail(self.url, f"does not serve model {self.model!r}; it serves {', '.join(models[:5])}")
+        if self.codec is None:
+            from specverify.models.export import served_codec
+            self.codec = served_codec(self.model)
         prompt = self._probe_prompt(s)
-        self._probe_ids(s, prompt)
+        if s.ids_via != "pieces":
+            self._probe_ids(s, prompt)
 
         def feature(name, fn, why_not):
             try:
@@ -390,11 +431,20 @@ class ServerClient:
                 raise
             s.features["token_id_prompts"], s.why["token_id_prompts"] = False, str(exc).split(": ", 1)[-1]
         s.prompt_kind = "text"
+        text = self.probe_text if self.codec is None else self.codec.encode(PROBE_PROMPT)
         try:
-            self.complete(self.probe_text, max_tokens=1, temperature=0.0, extra={})
+            self.complete(text, max_tokens=1, temperature=0.0, extra={})
         except Unsupported as exc:
             raise _fail(self.url, f"refuses both a token-id and a text prompt ({exc})") from None
-        return self.probe_text
+        if self.codec is None:
+            return self.probe_text
+        # ids travel as the codec's text (one character a token, exact both ways: models.pieces)
+        s.prompt_kind, s.ids_via, s.codec = "ids", "pieces", "".join(self.codec.pieces)
+        s.features["token_id_prompts"], s.features["token_ids"] = True, True
+        s.why["token_id_prompts"] = f"sent as the GGUF's one-character pieces ({s.why.get('token_id_prompts')})"
+        self.codec_prompts = True
+        self.support = s                 # _with_ids reads ids through the codec from here on
+        return PROBE_PROMPT
 
     def _probe_ids(self, s: Support, prompt) -> None:
         for via, extra, lp in (("token_ids", {"return_token_ids": True}, None),

@@ -78,14 +78,15 @@ def serve_audit(engine: str, python: str, model: str, spec: str, *, plain: bool 
             served = launcher.served_name(model)
             if served is not None and given.get("model") is None:
                 given["model"] = served
-            result = prepare_server(spec_srv.url, given, progress=progress, word_vocab=tiny_words(model)).run()
+            result = prepare_server(spec_srv.url, given, progress=progress, word_vocab=tiny_words(model),
+                                    request_defaults=launcher.request_defaults).run()
     except AdapterError as exc:
         if str(logs) in str(exc):
             raise
         raise type(exc)(f"{exc} (server logs kept in {logs})") from None
     launch = {"engine": engine, "version": spec_srv.version, "python": str(python), "model": str(model),
               "spec": spec_srv.to_dict(), "plain": plain_srv.to_dict() if plain_srv else None,
-              "install": launcher.install_hint}
+              "install": launcher.install_hint, "request_defaults": dict(launcher.request_defaults)}
     if write:
         write_report(target, result, launch, logs)
     shutil.rmtree(logs, ignore_errors=True)
@@ -121,6 +122,9 @@ def readme(result, launch: dict) -> str:
         lines += [f"{role} server (`--spec {srv['spec']}`, ready in {srv['seconds_to_ready']:.1f} s, served models "
                   f"{', '.join(srv['models']) or '-'}; log `logs/{srv['log']}`):", "",
                   "```sh", (env + " " if env else "") + command_line(srv["argv"]), "```", ""]
+    if launch.get("request_defaults"):
+        lines += ["Every request carries " + ", ".join(f"`{k}={v}`" for k, v in launch["request_defaults"].items())
+                  + " unless a row sets it (the server's own sampler defaults are not OpenAI's).", ""]
     lines += [f"Install: `{launch['install']}`", "", "## Result", "", "```", table(result, all_rows=True), "```", ""]
     return "\n".join(lines)
 

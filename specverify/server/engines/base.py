@@ -65,6 +65,9 @@ class EngineLauncher:
     env: dict = field(default_factory=dict)    # added to the child's environment
     ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S
     distribution: str = ""                     # the pip distribution whose version `version` reads
+    # body fields every audit request carries unless it sets them: the sampler at its neutral values where the
+    # server's own defaults are not OpenAI's (llama-cpp-python: top_p 0.95, top_k 40, min_p 0.05, repeat 1.1)
+    request_defaults: dict = field(default_factory=dict)
 
     def command(self, python: str, model: str, port: int, spec: str, extra=()) -> list[str]:
         """The argv of the child serving `model` with speculation `spec` on 127.0.0.1:`port`."""

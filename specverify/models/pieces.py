@@ -1,0 +1,97 @@
+"""The text vocabulary of the tiny Llamas' GGUF as `specverify models write` exports it: one character a token.
+
+Why not the HF folder's words "t0".."t{V-1}": the folder's tokenizer splits text on whitespace (WordLevel);
+llama.cpp cannot. Its SentencePiece ("llama") vocabulary turns spaces into "▁" and prepends one, merges
+characters only through pieces that are themselves tokens, and emits any leftover character as a byte
+token "<0xNN>" -- a vocabulary without byte tokens aborts the server on the first text prompt
+(std::out_of_range from `llama_vocab::byte_to_token`, src/llama-vocab.cpp). It also makes ids 1 and 2
+BOS and EOS by default whatever the file says (`llama_vocab::impl::load`: a "tokenizer.ggml.eos_token_id"
+outside the vocabulary keeps the default), so the completion API would stop at the ordinary word 2 and
+no run of the law's length would come back.
+
+So the export writes the vocabulary llama.cpp calls "rwkv" (`llm_tokenizer_rwkv_session::tokenize`):
+a greedy longest match over the pieces, no space prefix, no BOS, no EOS, no byte fallback (a character
+that starts no piece becomes the unknown token, which this vocabulary does not have: llama.cpp refuses
+the prompt, it does not abort). With one character a piece -- `PIECES`, never a backslash, the one
+character that vocabulary's pieces escape -- every text made of them tokenizes into exactly one id a
+character, and any run of ids detokenises into its characters, so both directions are exact.
+
+    pieces(V)               the V one-character pieces, id order ("a".."z", "A".."Z", "0".."9", then CJK)
+    PieceCodec(pieces)      encode(ids) -> text, decode(text) -> ids (ValueError naming a character that
+                            is no piece), piece(id)
+
+The transformers folder keeps its words (its ids and law are what the mlx and vLLM reports audited);
+the manifest records each role's GGUF pieces (`MANIFEST_ENTRY`), and the server-level client maps text
+and ids through them for a server that serves the GGUF (`server.client.ServerClient.codec`).
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+
+ASCII = string.ascii_lowercase + string.ascii_uppercase + string.digits       # 62 one-byte pieces
+CJK_FIRST = 0x4E00            # then CJK Unified Ideographs, three UTF-8 bytes each (20,992 of them)
+CJK_COUNT = 0x9FFF - CJK_FIRST + 1
+TOKENIZER = "rwkv"            # llama.cpp's vocabulary kind: greedy longest match, no BOS / EOS / space prefix
+LAYOUT = "pieces-1"           # the GGUF vocabulary layout (a change rewrites exported files)
+
+
+def pieces(vocab: int) -> list:
+    """The `vocab` one-character pieces, in id order."""
+    vocab = int(vocab)
+    if not 1 <= vocab <= len(ASCII) + CJK_COUNT:
+        raise ValueError(f"no {vocab} one-character pieces")
+    extra = max(0, vocab - len(ASCII))
+    return list(ASCII[:vocab]) + [chr(CJK_FIRST + i) for i in range(extra)]
+
+
+@dataclass(frozen=True)
+class PieceCodec:
+    """Text <-> ids of a one-character-a-token vocabulary (exact both ways)."""
+    pieces: tuple
+
+    def __post_init__(self):
+        if any(len(p) != 1 or p == "\\" for p in self.pieces) or len(set(self.pieces)) != len(self.pieces):
+            raise ValueError("a PieceCodec needs distinct one-character pieces (no backslash)")
+        object.__setattr__(self, "_ids", {p: i for i, p in enumerate(self.pieces)})
+
+    @property
+    def vocab(self) -> int:
+        return len(self.pieces)
+
+    def piece(self, token: int) -> str:
+        return self.pieces[int(token)]
+
+    def encode(self, ids) -> str:
+        return "".join(self.pieces[int(t)] for t in ids)
+
+    def decode(self, text: str) -> tuple:
+        index = self._ids
+        out = []
+        for ch in text:
+            if ch not in index:
+                raise ValueError(f"character {ch!r} is no piece of the {self.vocab}-token vocabulary")
+            out.append(index[ch])
+        return tuple(out)
+
+    def token(self, piece: str) -> int | None:
+        """The id of one piece, or None."""
+        return self._ids.get(piece)
+
+    def to_dict(self) -> dict:
+        return {"tokenizer": TOKENIZER, "layout": LAYOUT, "pieces": "".join(self.pieces), "join": ""}
+
+
+def codec(vocab: int) -> PieceCodec:
+    return PieceCodec(tuple(pieces(vocab)))
+
+
+def from_entry(entry) -> PieceCodec | None:
+    """The codec a manifest role entry's "gguf_text" records, or None (an older manifest has none)."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("pieces"), str) or entry.get("layout") != LAYOUT:
+        return None
+    return PieceCodec(tuple(entry["pieces"]))
+
+
+__all__ = ["pieces", "codec", "PieceCodec", "from_entry", "TOKENIZER", "LAYOUT"]
