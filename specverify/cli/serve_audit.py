@@ -66,6 +66,9 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, help="seed of every prompt and request (default 0)")
     p.add_argument("--alpha", type=float, help="family-wise false-alarm rate (default 1e-3)")
     p.add_argument("--timeout", type=float, help="seconds one request, or one wave of requests, may take")
+    p.add_argument("--checks", metavar="CHECK,...",
+                   help="comma-separated subset of the server checks to run (server: the four server.* rows; "
+                        "serving: the serving-path rows); default both")
     p.add_argument("--quiet", "-q", action="store_true", help="only the one-line verdict")
     p.set_defaults(func=run)
 
@@ -82,7 +85,8 @@ def run(args) -> int:
         raise InputError(f"--engine-args {args.engine_args!r}: {exc}") from None
     if args.ready_timeout is not None and not args.ready_timeout > 0:
         raise InputError(f"--ready-timeout {args.ready_timeout}: must be > 0")
-    given = {k: getattr(args, k) for k in ("samples", "seed", "alpha", "timeout") if getattr(args, k) is not None}
+    given = {k: getattr(args, k) for k in ("samples", "seed", "alpha", "timeout", "checks")
+             if getattr(args, k) is not None}
     if args.served_model:
         given["model"] = args.served_model
     progress = Progress(quiet=args.quiet)
