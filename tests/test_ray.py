@@ -32,6 +32,8 @@ from specverify.errors import InputError
 HAVE_RAY = shutil.which("ray") is not None and __import__("importlib").util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAVE_RAY, reason="needs ray: pip install 'specverify[ray]'")
 START_SECONDS = 120         # a node that is not up by then fails the fixture
+STOP_SECONDS = 3            # a node's `ray start --block` has this long to end on SIGTERM, then is killed
+REAP_SECONDS = 15           # what the nodes started has this long to exit after them
 ROWS = ("name", "verdict", "statistic", "p_value", "dof", "n", "min_detectable_tv", "detail", "exact")
 
 
@@ -94,6 +96,37 @@ def _ports(prefix: str = "") -> list:
     return out + ["--min-worker-port", str(20000 + low % 20000), "--max-worker-port", str(20000 + low % 20000 + 60)]
 
 
+def _in_namespace(namespace: str, but: int) -> list:
+    """[(pid, command)] of the processes in the network namespace `namespace`, other than `but`."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == but:
+            continue
+        try:
+            if os.readlink(f"/proc/{entry}/ns/net") != namespace:
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                out.append((int(entry), f.read().replace(b"\0", b" ").decode(errors="replace")[:120]))
+        except OSError:             # gone meanwhile, or not ours to read
+            continue
+    return out
+
+
+def _reap_namespace(namespace: str, holder: int) -> list:
+    """After the nodes' process groups ended: what still runs in the test's namespace (a worker that
+    left its node's process group), given REAP_SECONDS to exit, then killed one by one by pid. Returns
+    what had to be killed, for the fixture to fail on."""
+    deadline = time.monotonic() + REAP_SECONDS
+    while (left := _in_namespace(namespace, holder)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for pid, _ in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return left
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """(address, die_dir): a two-node Ray cluster on 127.0.0.1, ended after the module."""
@@ -107,6 +140,8 @@ def cluster(tmp_path_factory):
     if holder.poll() is not None:
         pytest.skip(f"cannot make a network namespace: {holder.stderr.read().decode()[:200]}")
     netns = ["nsenter", "-t", str(holder.pid), "-n", "--"]
+    namespace = os.readlink(f"/proc/{holder.pid}/ns/net")       # 'net:[inode]': what the test started runs there
+    left = []
     root = tmp_path_factory.mktemp("ray")
     die_dir = root / "die"
     die_dir.mkdir()
@@ -138,28 +173,70 @@ def cluster(tmp_path_factory):
                 os.killpg(node.pid, signal.SIGTERM)
         for node in nodes:
             try:
-                node.wait(timeout=10)                       # a node drains up to 30 s: not worth waiting for
+                node.wait(timeout=STOP_SECONDS)             # a node drains up to 30 s: not worth waiting for
             except subprocess.TimeoutExpired:
                 os.killpg(node.pid, signal.SIGKILL)
                 node.wait(timeout=30)
+        left = _reap_namespace(namespace, holder.pid)
         shutil.rmtree(temp, ignore_errors=True)
         os.killpg(holder.pid, signal.SIGKILL)
         holder.wait(timeout=30)
+    assert left == [], f"processes the cluster left in its namespace after its nodes ended: {left}"
+
+
+def start_audit(tmp_path, name: str, *args, netns=()) -> tuple:
+    """(process, json path) of `specverify audit ARGS` started in the background."""
+    path = tmp_path / f"{name}.json"
+    env = {k: v for k, v in os.environ.items() if k != "SPECVERIFY_TEST_DIE_DIR"}
+    process = subprocess.Popen([*netns, sys.executable, "-m", "specverify", "audit", *args, "--quiet", "--json",
+                                str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return process, path
+
+
+def finish_audit(started: tuple, timeout: float = 900) -> dict:
+    """The JSON of an audit `start_audit` began (its stderr under "stderr"); killed if over `timeout`."""
+    process, path = started
+    try:
+        _, err = process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode in (0, 1), err[-3000:]
+    result = json.loads(path.read_text())
+    result["stderr"] = err
+    return result
 
 
 def audit_json(tmp_path, name: str, *args, netns=()) -> dict:
-    path = tmp_path / f"{name}.json"
-    env = {k: v for k, v in os.environ.items() if k != "SPECVERIFY_TEST_DIE_DIR"}
-    out = subprocess.run([*netns, sys.executable, "-m", "specverify", "audit", *args, "--quiet", "--json", str(path)],
-                         capture_output=True, text=True, timeout=900, env=env)
-    assert out.returncode in (0, 1), out.stderr[-3000:]
-    result = json.loads(path.read_text())
-    result["stderr"] = out.stderr
-    return result
+    return finish_audit(start_audit(tmp_path, name, *args, netns=netns))
 
 
 def rows(result) -> list:
     return [tuple(json.dumps(c.get(k), sort_keys=True) for k in ROWS) for c in result["checks"]]
+
+
+TINY = ["--checks", "endpoints,rare_event", "--seed", "3"]     # one check group, one rare_event shard a level
+
+
+def test_a_tiny_audit_on_a_two_node_cluster_gives_the_local_rows(cluster, tmp_path):
+    """CI's small version of the cluster tests (about 60 s on a loaded machine, with the cluster's start): the exact
+    endpoint rows (a check-group task) and both rare_event rows (6,905 draws a level, a shard task each)
+    on two adapter actors, one a node, give the local executor's rows; the fixture then ends both nodes
+    and fails if anything they started is left in the test's namespace."""
+    address, _, netns = cluster
+    remote = start_audit(tmp_path, "ray", "reference", *TINY, "--executor", f"ray:{address}", netns=netns)
+    local = start_audit(tmp_path, "local", "reference", *TINY, "--jobs", "1")     # side by side: most of a
+    remote, local = finish_audit(remote, 300), finish_audit(local, 300)          # Ray run is waiting for actors
+    assert "executor" not in local
+    where = remote["executor"]          # the three tasks ran on the cluster's two adapter actors, one a node
+    assert where["name"] == f"ray:{address}" and where["actors"] == 2 and where["tasks"] == 3
+    assert len(where["tasks_per_node"]) == 2 and sum(where["tasks_per_node"].values()) == 3
+    assert local["verdict"] == remote["verdict"] == "pass" and remote["errors"] == []
+    assert rows(local) == rows(remote) and len(rows(local)) > 10
+    rare = {c["name"]: c for c in remote["checks"] if "rare_event" in c["name"]}
+    assert sorted(rare) == ["engine.rare_event[toy V=4 L=4]", "seeded.rare_event[V=16 kappa=0,2]"]
+    assert all(c["n"] == 6905 and c["data"]["events"] == 0 for c in rare.values())
 
 
 SMALL = ["--checks", "endpoints,composition,rng_discipline,reproducibility,rare_event", "--samples", "2000",

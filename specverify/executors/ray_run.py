@@ -14,6 +14,9 @@ Faults: an actor that dies (its process or node lost) fails its task with RayAct
 run again from its start on a new actor (its results were never recorded: a task's result is recorded
 once, when it returns whole, keyed by the task); a second loss is an AdapterError naming the task
 ("rare_event seeded shard 3 of 7: ..."). Each retry is one line in the result's `errors`.
+
+Where the work ran is the result's `executor` record (`where`): the executor, the actors started, and
+the tasks each node ran (by node id), so a report shows what the cluster did.
 """
 
 from __future__ import annotations
@@ -59,6 +62,13 @@ def connect(executor: Executor) -> None:
         raise InputError(f"--executor {executor}: cannot connect to the Ray cluster: {why[:600]}") from None
 
 
+def _here() -> str:
+    """The Ray node id of the calling actor."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
+
+
 def portable(source):
     """The engine spec an actor elsewhere can load: a `path/file.py:name` spec with an absolute path
     (actors do not run in this directory); InputError for what cannot cross (an adapter instance, a
@@ -97,12 +107,12 @@ class AdapterActor:
         powered = {name: [i for i, r in enumerate(rows) if r.power_fn is not None] for name, rows in ran.rows.items()}
         out = copy.copy(ran)
         out.rows = {name: [replace(r, power_fn=None) for r in rows] for name, rows in ran.rows.items()}
-        return out, powered, os.getpid()
+        return out, powered, _here()
 
     def run_shard(self, level: str, spec: dict):
         from specverify.checks import rare_event
 
-        return rare_event.SHARD[level](self.engine, replace(self.ctx, check=SHARDED), spec), os.getpid()
+        return rare_event.SHARD[level](self.engine, replace(self.ctx, check=SHARDED), spec), _here()
 
     def power(self, key, name: str, index: int, level: float) -> float:
         return float(self.kept[key][name][index].power_fn(level))
@@ -171,11 +181,18 @@ def _actor_count(executor: Executor, tasks: int) -> int:
     return max(1, min(min(fits), tasks))
 
 
+def where(executor: Executor, actors: int, nodes: list) -> dict:
+    """The result's `executor` record: {"name", "actors", "tasks", "tasks_per_node": {node id: tasks}};
+    `nodes`: the node id each task's recorded result came from."""
+    return {"name": str(executor), "actors": actors, "tasks": len(nodes),
+            "tasks_per_node": dict(sorted(collections.Counter(nodes).items()))}
+
+
 def run(executor: Executor, engine, ctx, names: list, source, given: dict, isolated: bool) -> tuple:
-    """Run `names` against the engine on the cluster: (rans, states, errors, actors): each task's `_Ran`,
-    each actor's `AuditState` (its adapter calls), one line per retried task, and the actors (the rows'
-    `RemotePower` still asks them: `release` them after Holm) for `audit.run_audit` to assemble as it
-    does a local run's jobs (module docstring)."""
+    """Run `names` against the engine on the cluster: (rans, states, errors, actors, record): each
+    task's `_Ran`, each actor's `AuditState` (its adapter calls), one line per retried task, the actors
+    (the rows' `RemotePower` still asks them: `release` them after Holm), for `audit.run_audit` to
+    assemble as it does a local run's jobs (module docstring), and the `where` record."""
     import ray
     from ray.exceptions import RayActorError, RayTaskError
 
@@ -236,7 +253,7 @@ def run(executor: Executor, engine, ctx, names: list, source, given: dict, isola
             (groups if task.key[0] == "group" else shards)[task.key] = (result, i)
             free.append(i)
         rans = []
-        for key, ((ran, powered, _pid), i) in groups.items():
+        for key, ((ran, powered, _node), i) in groups.items():
             for name, indices in powered.items():
                 for j in indices:
                     ran.rows[name][j].power_fn = RemotePower(actors[i], key, name, j)
@@ -258,7 +275,8 @@ def run(executor: Executor, engine, ctx, names: list, source, given: dict, isola
         for actor in actors + retired:
             ray.kill(actor)
         raise
-    return rans, states, errors, actors + retired
+    nodes = [result[-1] for result, _ in [*groups.values(), *shards.values()]]
+    return rans, states, errors, actors + retired, where(executor, len(actors) + len(retired), nodes)
 
 
 def release(actors) -> None:
