@@ -2,45 +2,33 @@
 lost mid-audit is run again (or named in one line), a missing ray or an unreachable cluster is exit 2
 before any work.
 
-The cluster tests start a two-node cluster on 127.0.0.1 (a head and a second node joining it, each
-`ray start --block` with ports of its own, one CPU each: two adapter actors), bound in time and ended
-by killing the process groups this module started (never `ray stop`, which ends every Ray on the host).
-Ray 2.60's GCS and raylet listen on every interface whatever --node-ip-address says, so the cluster and
-the audits that use it run in a network namespace of their own (`unshare -n`, entered with `nsenter`)
-whose only interface is its loopback: nothing the test starts can be reached from outside the host's
-127.0.0.1 view of it. Without unshare/nsenter (or the right to use them) the cluster tests skip.
-They are slow (a cluster start and three or four audits); `pytest -m slow tests/test_ray.py` runs them,
-docs/ray.md has the measurement. Without ray they skip with the install line."""
+The cluster tests share a two-node cluster on 127.0.0.1 (`specverify.executors.loopback`: a head and a
+second node, one CPU each, so two adapter actors, one a node) in a network namespace whose only
+interface is its loopback (Ray 2.60 listens on every interface whatever --node-ip-address says), bound
+in time and ended by killing the process groups it started (never `ray stop`, which ends every Ray on
+the host); the fixture fails if anything it started is left in the namespace. Without unshare/nsenter
+(or the right to use them) the cluster tests skip, naming why; without ray, with the install line.
+One of them is CI's small version (a tiny audit, about a minute with the cluster's start); the rest
+are slow (`pytest -m slow tests/test_ray.py`). docs/ray.md has the measurement."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
 from specverify.cli import main
-from specverify.executors import parse, reachable
+from specverify.executors import loopback, parse, reachable
+from specverify.executors.loopback import free_port
 from specverify.errors import InputError
 
 HAVE_RAY = shutil.which("ray") is not None and __import__("importlib").util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAVE_RAY, reason="needs ray: pip install 'specverify[ray]'")
-START_SECONDS = 120         # a node that is not up by then fails the fixture
-STOP_SECONDS = 3            # a node's `ray start --block` has this long to end on SIGTERM, then is killed
-REAP_SECONDS = 15           # what the nodes started has this long to exit after them
 ROWS = ("name", "verdict", "statistic", "p_value", "dof", "n", "min_detectable_tv", "detail", "exact")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_executor_specs_are_checked_before_any_work():
@@ -79,109 +67,23 @@ def test_an_unreachable_cluster_is_exit_2_before_any_work(capsys, monkeypatch):
 
 # ------------------------------------------------------------------------------------ the cluster
 
-def _node(netns: list, args: list, env: dict) -> subprocess.Popen:
-    return subprocess.Popen([*netns, "ray", "start", "--block", "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
-                             "--disable-usage-stats", *args], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-
-
-def _ports(prefix: str = "") -> list:
-    """Ports of one node's own services, each free now."""
-    names = ["--node-manager-port", "--object-manager-port", "--runtime-env-agent-port", "--metrics-export-port",
-             "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port"]
-    out = []
-    for name in names:
-        out += [name, str(free_port())]
-    low = free_port()
-    return out + ["--min-worker-port", str(20000 + low % 20000), "--max-worker-port", str(20000 + low % 20000 + 60)]
-
-
-def _in_namespace(namespace: str, but: int) -> list:
-    """[(pid, command)] of the processes in the network namespace `namespace`, other than `but`."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == but:
-            continue
-        try:
-            if os.readlink(f"/proc/{entry}/ns/net") != namespace:
-                continue
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                out.append((int(entry), f.read().replace(b"\0", b" ").decode(errors="replace")[:120]))
-        except OSError:             # gone meanwhile, or not ours to read
-            continue
-    return out
-
-
-def _reap_namespace(namespace: str, holder: int) -> list:
-    """After the nodes' process groups ended: what still runs in the test's namespace (a worker that
-    left its node's process group), given REAP_SECONDS to exit, then killed one by one by pid. Returns
-    what had to be killed, for the fixture to fail on."""
-    deadline = time.monotonic() + REAP_SECONDS
-    while (left := _in_namespace(namespace, holder)) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    for pid, _ in left:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return left
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """(address, die_dir): a two-node Ray cluster on 127.0.0.1, ended after the module."""
+    """(address, die_dir, netns): a two-node Ray cluster on 127.0.0.1 in a loopback-only namespace
+    (`specverify.executors.loopback`), ended after the module; fails if anything it started outlived it."""
     if not HAVE_RAY:
         pytest.skip("needs ray: pip install 'specverify[ray]'")
-    if not (shutil.which("unshare") and shutil.which("nsenter")):
-        pytest.skip("needs unshare and nsenter (util-linux) for a loopback-only network namespace")
-    holder = subprocess.Popen(["unshare", "-n", "--", "sh", "-c", "ip link set lo up && exec sleep 3600"],
-                              start_new_session=True, stderr=subprocess.PIPE)
-    time.sleep(1.0)
-    if holder.poll() is not None:
-        pytest.skip(f"cannot make a network namespace: {holder.stderr.read().decode()[:200]}")
-    netns = ["nsenter", "-t", str(holder.pid), "-n", "--"]
-    namespace = os.readlink(f"/proc/{holder.pid}/ns/net")       # 'net:[inode]': what the test started runs there
-    left = []
-    root = tmp_path_factory.mktemp("ray")
-    die_dir = root / "die"
+    die_dir = tmp_path_factory.mktemp("ray") / "die"
     die_dir.mkdir()
-    # no token auth: the cluster lives in a namespace nothing else can reach (a real one: docs/ray.md)
-    env = dict(os.environ, SPECVERIFY_TEST_DIE_DIR=str(die_dir), RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled",
+    env = dict(os.environ, SPECVERIFY_TEST_DIE_DIR=str(die_dir),
                PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
     temp = f"/tmp/sv-ray-{os.getpid()}"                  # a short folder: Ray's socket paths must stay short
-    port = free_port()
-    address = f"127.0.0.1:{port}"
-    nodes = [_node(netns, ["--head", "--port", str(port), "--include-dashboard", "false", "--temp-dir", temp,
-                    *_ports()], env)]
     try:
-        deadline = time.monotonic() + START_SECONDS
-        probe = [*netns, sys.executable, "-c", f"from specverify.executors import reachable; print(reachable({address!r}, 1.0))"]
-        while subprocess.run(probe, capture_output=True, text=True, timeout=60).stdout.strip() != "None":
-            assert time.monotonic() < deadline and nodes[0].poll() is None, "the head node did not start"
-            time.sleep(1.0)
-        nodes.append(_node(netns, ["--address", address, *_ports()], env))
-        probe = ("import ray, time\nray.init(address=%r, log_to_driver=False, logging_level=40)\n"
-                 "t = time.time()\nwhile sum(n['Alive'] for n in ray.nodes()) < 2 and time.time() - t < %d: time.sleep(1)\n"
-                 "print(sum(n['Alive'] for n in ray.nodes()))\n") % (address, START_SECONDS)
-        out = subprocess.run([*netns, sys.executable, "-c", probe], capture_output=True, text=True,
-                             timeout=START_SECONDS + 60)
-        assert out.stdout.strip().endswith("2"), out.stderr[-2000:]
-        yield address, die_dir, netns
-    finally:
-        for node in reversed(nodes):
-            if node.poll() is None:
-                os.killpg(node.pid, signal.SIGTERM)
-        for node in nodes:
-            try:
-                node.wait(timeout=STOP_SECONDS)             # a node drains up to 30 s: not worth waiting for
-            except subprocess.TimeoutExpired:
-                os.killpg(node.pid, signal.SIGKILL)
-                node.wait(timeout=30)
-        left = _reap_namespace(namespace, holder.pid)
-        shutil.rmtree(temp, ignore_errors=True)
-        os.killpg(holder.pid, signal.SIGKILL)
-        holder.wait(timeout=30)
-    assert left == [], f"processes the cluster left in its namespace after its nodes ended: {left}"
+        with loopback.loopback_cluster(temp, nodes=2, cpus_per_node=1, env=env) as made:
+            yield made.address, die_dir, made.netns
+    except loopback.Unavailable as why:
+        pytest.skip(str(why))
+    assert made.left == [], f"processes the cluster left in its namespace after its nodes ended: {made.left}"
 
 
 def start_audit(tmp_path, name: str, *args, netns=()) -> tuple:
