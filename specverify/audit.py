@@ -503,12 +503,22 @@ class Audit:
         checks = None if self.settings.checks is None else list(self.settings.checks)
         cluster = None
         if executor is not None and executor.kind != "local":
-            if self.settings.stop != "fixed":
-                self.engine.kill()
-                raise InputError(f"--executor {executor} runs fixed budgets: --stop decisive runs on the local executor")
             if self.source is None:
                 self.engine.kill()
                 raise InputError(f"--executor {executor} needs an engine name or spec, not an adapter instance")
+            if self.settings.stop != "fixed":
+                if extra is not None:
+                    self.engine.kill()
+                    raise InputError(f"--executor {executor} --stop decisive: an audit with an engine's own rows "
+                                     "(extra) runs on the local executor")
+                from .executors import ray_run
+                try:
+                    return ray_run.run_whole(executor, self.source, self.settings.to_dict(), self.engine.isolated)
+                except BaseException:
+                    self.engine.kill()
+                    raise
+                finally:
+                    self.engine.close()
             cluster = (executor, self.source, self.settings.to_dict(), self.engine.isolated)
         limit = max_jobs()
         if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= limit:

@@ -192,3 +192,20 @@ def test_a_shard_whose_actor_is_lost_twice_is_one_line_naming_it(cluster, tmp_pa
     err = [line for line in out.stderr.strip().splitlines() if "] network_util.cc:" not in line]
     assert len(err) == 1 and err[0].startswith("specverify: error: rare_event seeded shard "), out.stderr[-2000:]
     assert "its adapter actor was lost 2 times, nothing of it was counted" in err[0]
+
+
+DECISIVE = ["--checks", "marginal,endpoints", "--stop", "decisive", "--seed", "5"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine, verdict", [("reference", "pass"), ("lossy:threshold_acc=0.9", "fail")])
+def test_a_decisive_audit_runs_whole_in_one_actor_with_the_local_rows(cluster, tmp_path, engine, verdict):
+    """--stop decisive is not split (its rounds run one check after another on one adapter, as locally):
+    on Ray it runs whole in one adapter actor, and gives the local rows and stopping record, for an
+    exact rule (passes) and a lossy one (fails)."""
+    address, _, netns = cluster
+    local = audit_json(tmp_path, "local", engine, *DECISIVE)
+    remote = audit_json(tmp_path, "ray", engine, *DECISIVE, "--executor", f"ray:{address}", netns=netns)
+    assert local["verdict"] == remote["verdict"] == verdict and remote["errors"] == []
+    assert rows(local) == rows(remote) and local["stop"] == remote["stop"] and local["stop"]["rounds"] >= 1
+    assert remote["executor"]["actors"] == 1 and remote["executor"]["tasks"] == 1 and "executor" not in local
