@@ -122,7 +122,7 @@ TINY = ["--checks", "endpoints,rare_event", "--seed", "3"]     # one check group
 
 
 def test_a_tiny_audit_on_a_two_node_cluster_gives_the_local_rows(cluster, tmp_path):
-    """CI's small version of the cluster tests (about 60 s on a loaded machine, with the cluster's start): the exact
+    """CI's small version of the cluster tests (52-84 s at load 11-16, with the cluster's start): the exact
     endpoint rows (a check-group task) and both rare_event rows (6,905 draws a level, a shard task each)
     on two adapter actors, one a node, give the local executor's rows; the fixture then ends both nodes
     and fails if anything they started is left in the test's namespace."""
