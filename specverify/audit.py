@@ -499,7 +499,7 @@ class Audit:
         """Run the audit; `jobs` > 1 runs independent checks side by side, each job with an adapter
         process of its own (results identical to one job). `executor`: a connected Ray executor
         (`specverify.executors`) runs the checks on its cluster instead, each adapter in an actor of its
-        own (the same rows). Closes the adapter when done."""
+        own (the same rows; a decisive audit whole in one actor). Closes the adapter when done."""
         checks = None if self.settings.checks is None else list(self.settings.checks)
         cluster = None
         if executor is not None and executor.kind != "local":
