@@ -66,6 +66,7 @@ class AuditResult:
     stop: dict | None = None        # how a decisive audit stopped (mode, power_tv, fail_fast, rounds, stopped_at);
                                     # None: fixed budgets
     diagnosis: dict | None = None   # a failing audit's worst cells and the zoo's hint (`specverify.diagnosis`)
+    executor: dict | None = None    # where a Ray run's tasks ran (`executors.ray_run.where`); None: this host
 
     @property
     def passed(self) -> bool:
@@ -115,6 +116,7 @@ class AuditResult:
             "not_covered": self.not_covered,
             **({} if self.stop is None else {"stop": self.stop}),
             **({} if self.diagnosis is None else {"diagnosis": json_safe(self.diagnosis)}),
+            **({} if self.executor is None else {"executor": self.executor}),
         }
 
 
@@ -399,10 +401,10 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
         raise InputError(f"stop {stop!r}: must be one of {', '.join(settings_mod.STOPS)}")
     if jobs > 1 and open_engine is not None:
         ctx = replace(ctx, jobs=jobs, open_engine=open_engine)
-    errors, actors = [], []
+    errors, actors, ran_where = [], [], None
     if cluster is not None:
         from .executors import ray_run
-        rans, states, errors, actors = ray_run.run(cluster[0], engine, ctx, names, *cluster[1:])
+        rans, states, errors, actors, ran_where = ray_run.run(cluster[0], engine, ctx, names, *cluster[1:])
         done = [(None, replace(ctx, state=AuditState()), ran) for ran in rans]
         done += [(None, replace(ctx, state=state), _Ran()) for state in states]
     elif jobs > 1 and open_engine is not None and len(names) > 1:
@@ -433,7 +435,8 @@ def run_audit(engine, ctx: Context, checks: list[str] | None = None, factory=Non
     return with_diagnosis(AuditResult(
         engine=str(engine.name), verdict=verdict_of(rows), seed=ctx.seed, alpha=ctx.alpha, samples=ctx.samples,
         checks=rows, engine_version=getattr(engine, "version", None), seconds=time.perf_counter() - start,
-        check_seconds=check_seconds, deviation=deviation_of(rows), not_covered=not_covered, errors=errors))
+        check_seconds=check_seconds, deviation=deviation_of(rows), not_covered=not_covered, errors=errors,
+        executor=ran_where))
 
 
 EXTRA = "probes"     # the decisive family's name for an engine's own rows (`run_audit(extra=...)`)
@@ -496,16 +499,26 @@ class Audit:
         """Run the audit; `jobs` > 1 runs independent checks side by side, each job with an adapter
         process of its own (results identical to one job). `executor`: a connected Ray executor
         (`specverify.executors`) runs the checks on its cluster instead, each adapter in an actor of its
-        own (the same rows). Closes the adapter when done."""
+        own (the same rows; a decisive audit whole in one actor). Closes the adapter when done."""
         checks = None if self.settings.checks is None else list(self.settings.checks)
         cluster = None
         if executor is not None and executor.kind != "local":
-            if self.settings.stop != "fixed":
-                self.engine.kill()
-                raise InputError(f"--executor {executor} runs fixed budgets: --stop decisive runs on the local executor")
             if self.source is None:
                 self.engine.kill()
                 raise InputError(f"--executor {executor} needs an engine name or spec, not an adapter instance")
+            if self.settings.stop != "fixed":
+                if extra is not None:
+                    self.engine.kill()
+                    raise InputError(f"--executor {executor} --stop decisive: an audit with an engine's own rows "
+                                     "(extra) runs on the local executor")
+                from .executors import ray_run
+                try:
+                    return ray_run.run_whole(executor, self.source, self.settings.to_dict(), self.engine.isolated)
+                except BaseException:
+                    self.engine.kill()
+                    raise
+                finally:
+                    self.engine.close()
             cluster = (executor, self.source, self.settings.to_dict(), self.engine.isolated)
         limit = max_jobs()
         if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= limit:

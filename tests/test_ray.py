@@ -2,43 +2,33 @@
 lost mid-audit is run again (or named in one line), a missing ray or an unreachable cluster is exit 2
 before any work.
 
-The cluster tests start a two-node cluster on 127.0.0.1 (a head and a second node joining it, each
-`ray start --block` with ports of its own, one CPU each: two adapter actors), bound in time and ended
-by killing the process groups this module started (never `ray stop`, which ends every Ray on the host).
-Ray 2.60's GCS and raylet listen on every interface whatever --node-ip-address says, so the cluster and
-the audits that use it run in a network namespace of their own (`unshare -n`, entered with `nsenter`)
-whose only interface is its loopback: nothing the test starts can be reached from outside the host's
-127.0.0.1 view of it. Without unshare/nsenter (or the right to use them) the cluster tests skip.
-They are slow (a cluster start and three or four audits); `pytest -m slow tests/test_ray.py` runs them,
-docs/ray.md has the measurement. Without ray they skip with the install line."""
+The cluster tests share a two-node cluster on 127.0.0.1 (`specverify.executors.loopback`: a head and a
+second node, one CPU each, so two adapter actors, one a node) in a network namespace whose only
+interface is its loopback (Ray 2.60 listens on every interface whatever --node-ip-address says), bound
+in time and ended by killing the process groups it started (never `ray stop`, which ends every Ray on
+the host); the fixture fails if anything it started is left in the namespace. Without unshare/nsenter
+(or the right to use them) the cluster tests skip, naming why; without ray, with the install line.
+One of them is CI's small version (a tiny audit, about a minute with the cluster's start); the rest
+are slow (`pytest -m slow tests/test_ray.py`). docs/ray.md has the measurement."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
 from specverify.cli import main
-from specverify.executors import parse, reachable
+from specverify.executors import loopback, parse, reachable
+from specverify.executors.loopback import free_port
 from specverify.errors import InputError
 
 HAVE_RAY = shutil.which("ray") is not None and __import__("importlib").util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAVE_RAY, reason="needs ray: pip install 'specverify[ray]'")
-START_SECONDS = 120         # a node that is not up by then fails the fixture
 ROWS = ("name", "verdict", "statistic", "p_value", "dof", "n", "min_detectable_tv", "detail", "exact")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_executor_specs_are_checked_before_any_work():
@@ -77,89 +67,78 @@ def test_an_unreachable_cluster_is_exit_2_before_any_work(capsys, monkeypatch):
 
 # ------------------------------------------------------------------------------------ the cluster
 
-def _node(netns: list, args: list, env: dict) -> subprocess.Popen:
-    return subprocess.Popen([*netns, "ray", "start", "--block", "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
-                             "--disable-usage-stats", *args], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-
-
-def _ports(prefix: str = "") -> list:
-    """Ports of one node's own services, each free now."""
-    names = ["--node-manager-port", "--object-manager-port", "--runtime-env-agent-port", "--metrics-export-port",
-             "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port"]
-    out = []
-    for name in names:
-        out += [name, str(free_port())]
-    low = free_port()
-    return out + ["--min-worker-port", str(20000 + low % 20000), "--max-worker-port", str(20000 + low % 20000 + 60)]
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """(address, die_dir): a two-node Ray cluster on 127.0.0.1, ended after the module."""
+    """(address, die_dir, netns): a two-node Ray cluster on 127.0.0.1 in a loopback-only namespace
+    (`specverify.executors.loopback`), ended after the module; fails if anything it started outlived it."""
     if not HAVE_RAY:
         pytest.skip("needs ray: pip install 'specverify[ray]'")
-    if not (shutil.which("unshare") and shutil.which("nsenter")):
-        pytest.skip("needs unshare and nsenter (util-linux) for a loopback-only network namespace")
-    holder = subprocess.Popen(["unshare", "-n", "--", "sh", "-c", "ip link set lo up && exec sleep 3600"],
-                              start_new_session=True, stderr=subprocess.PIPE)
-    time.sleep(1.0)
-    if holder.poll() is not None:
-        pytest.skip(f"cannot make a network namespace: {holder.stderr.read().decode()[:200]}")
-    netns = ["nsenter", "-t", str(holder.pid), "-n", "--"]
-    root = tmp_path_factory.mktemp("ray")
-    die_dir = root / "die"
+    die_dir = tmp_path_factory.mktemp("ray") / "die"
     die_dir.mkdir()
-    # no token auth: the cluster lives in a namespace nothing else can reach (a real one: docs/ray.md)
-    env = dict(os.environ, SPECVERIFY_TEST_DIE_DIR=str(die_dir), RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled",
+    env = dict(os.environ, SPECVERIFY_TEST_DIE_DIR=str(die_dir),
                PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
     temp = f"/tmp/sv-ray-{os.getpid()}"                  # a short folder: Ray's socket paths must stay short
-    port = free_port()
-    address = f"127.0.0.1:{port}"
-    nodes = [_node(netns, ["--head", "--port", str(port), "--include-dashboard", "false", "--temp-dir", temp,
-                    *_ports()], env)]
     try:
-        deadline = time.monotonic() + START_SECONDS
-        probe = [*netns, sys.executable, "-c", f"from specverify.executors import reachable; print(reachable({address!r}, 1.0))"]
-        while subprocess.run(probe, capture_output=True, text=True, timeout=60).stdout.strip() != "None":
-            assert time.monotonic() < deadline and nodes[0].poll() is None, "the head node did not start"
-            time.sleep(1.0)
-        nodes.append(_node(netns, ["--address", address, *_ports()], env))
-        probe = ("import ray, time\nray.init(address=%r, log_to_driver=False, logging_level=40)\n"
-                 "t = time.time()\nwhile sum(n['Alive'] for n in ray.nodes()) < 2 and time.time() - t < %d: time.sleep(1)\n"
-                 "print(sum(n['Alive'] for n in ray.nodes()))\n") % (address, START_SECONDS)
-        out = subprocess.run([*netns, sys.executable, "-c", probe], capture_output=True, text=True,
-                             timeout=START_SECONDS + 60)
-        assert out.stdout.strip().endswith("2"), out.stderr[-2000:]
-        yield address, die_dir, netns
+        with loopback.loopback_cluster(temp, nodes=2, cpus_per_node=1, env=env) as made:
+            yield made.address, die_dir, made.netns
+    except loopback.Unavailable as why:
+        pytest.skip(str(why))
+    assert made.left == [], f"processes the cluster left in its namespace after its nodes ended: {made.left}"
+
+
+def start_audit(tmp_path, name: str, *args, netns=()) -> tuple:
+    """(process, json path) of `specverify audit ARGS` started in the background."""
+    path = tmp_path / f"{name}.json"
+    env = {k: v for k, v in os.environ.items() if k != "SPECVERIFY_TEST_DIE_DIR"}
+    process = subprocess.Popen([*netns, sys.executable, "-m", "specverify", "audit", *args, "--quiet", "--json",
+                                str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return process, path
+
+
+def finish_audit(started: tuple, timeout: float = 900) -> dict:
+    """The JSON of an audit `start_audit` began (its stderr under "stderr"); killed if over `timeout`."""
+    process, path = started
+    try:
+        _, err = process.communicate(timeout=timeout)
     finally:
-        for node in reversed(nodes):
-            if node.poll() is None:
-                os.killpg(node.pid, signal.SIGTERM)
-        for node in nodes:
-            try:
-                node.wait(timeout=10)                       # a node drains up to 30 s: not worth waiting for
-            except subprocess.TimeoutExpired:
-                os.killpg(node.pid, signal.SIGKILL)
-                node.wait(timeout=30)
-        shutil.rmtree(temp, ignore_errors=True)
-        os.killpg(holder.pid, signal.SIGKILL)
-        holder.wait(timeout=30)
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode in (0, 1), err[-3000:]
+    result = json.loads(path.read_text())
+    result["stderr"] = err
+    return result
 
 
 def audit_json(tmp_path, name: str, *args, netns=()) -> dict:
-    path = tmp_path / f"{name}.json"
-    env = {k: v for k, v in os.environ.items() if k != "SPECVERIFY_TEST_DIE_DIR"}
-    out = subprocess.run([*netns, sys.executable, "-m", "specverify", "audit", *args, "--quiet", "--json", str(path)],
-                         capture_output=True, text=True, timeout=900, env=env)
-    assert out.returncode in (0, 1), out.stderr[-3000:]
-    result = json.loads(path.read_text())
-    result["stderr"] = out.stderr
-    return result
+    return finish_audit(start_audit(tmp_path, name, *args, netns=netns))
 
 
 def rows(result) -> list:
     return [tuple(json.dumps(c.get(k), sort_keys=True) for k in ROWS) for c in result["checks"]]
+
+
+TINY = ["--checks", "endpoints,rare_event", "--seed", "3"]     # one check group, one rare_event shard a level
+
+
+def test_a_tiny_audit_on_a_two_node_cluster_gives_the_local_rows(cluster, tmp_path):
+    """CI's small version of the cluster tests (52-84 s at load 11-16, with the cluster's start): the exact
+    endpoint rows (a check-group task) and both rare_event rows (6,905 draws a level, a shard task each)
+    on two adapter actors, one a node, give the local executor's rows; the fixture then ends both nodes
+    and fails if anything they started is left in the test's namespace."""
+    address, _, netns = cluster
+    remote = start_audit(tmp_path, "ray", "reference", *TINY, "--executor", f"ray:{address}", netns=netns)
+    local = start_audit(tmp_path, "local", "reference", *TINY, "--jobs", "1")     # side by side: most of a
+    remote, local = finish_audit(remote, 300), finish_audit(local, 300)          # Ray run is waiting for actors
+    assert "executor" not in local
+    where = remote["executor"]          # the three tasks ran on the cluster's two adapter actors, one a node
+    assert where["name"] == f"ray:{address}" and where["actors"] == 2 and where["tasks"] == 3
+    assert len(where["tasks_per_node"]) == 2 and sum(where["tasks_per_node"].values()) == 3
+    assert local["verdict"] == remote["verdict"] == "pass" and remote["errors"] == []
+    assert rows(local) == rows(remote) and len(rows(local)) > 10
+    rare = {c["name"]: c for c in remote["checks"] if "rare_event" in c["name"]}
+    assert sorted(rare) == ["engine.rare_event[toy V=4 L=4]", "seeded.rare_event[V=16 kappa=0,2]"]
+    assert all(c["n"] == 6905 and c["data"]["events"] == 0 for c in rare.values())
 
 
 SMALL = ["--checks", "endpoints,composition,rng_discipline,reproducibility,rare_event", "--samples", "2000",
@@ -213,3 +192,20 @@ def test_a_shard_whose_actor_is_lost_twice_is_one_line_naming_it(cluster, tmp_pa
     err = [line for line in out.stderr.strip().splitlines() if "] network_util.cc:" not in line]
     assert len(err) == 1 and err[0].startswith("specverify: error: rare_event seeded shard "), out.stderr[-2000:]
     assert "its adapter actor was lost 2 times, nothing of it was counted" in err[0]
+
+
+DECISIVE = ["--checks", "marginal,endpoints", "--stop", "decisive", "--seed", "5"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine, verdict", [("reference", "pass"), ("lossy:threshold_acc=0.9", "fail")])
+def test_a_decisive_audit_runs_whole_in_one_actor_with_the_local_rows(cluster, tmp_path, engine, verdict):
+    """--stop decisive is not split (its rounds run one check after another on one adapter, as locally):
+    on Ray it runs whole in one adapter actor, and gives the local rows and stopping record, for an
+    exact rule (passes) and a lossy one (fails)."""
+    address, _, netns = cluster
+    local = audit_json(tmp_path, "local", engine, *DECISIVE)
+    remote = audit_json(tmp_path, "ray", engine, *DECISIVE, "--executor", f"ray:{address}", netns=netns)
+    assert local["verdict"] == remote["verdict"] == verdict and remote["errors"] == []
+    assert rows(local) == rows(remote) and local["stop"] == remote["stop"] and local["stop"]["rounds"] >= 1
+    assert remote["executor"]["actors"] == 1 and remote["executor"]["tasks"] == 1 and "executor" not in local

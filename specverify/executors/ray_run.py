@@ -14,6 +14,14 @@ Faults: an actor that dies (its process or node lost) fails its task with RayAct
 run again from its start on a new actor (its results were never recorded: a task's result is recorded
 once, when it returns whole, keyed by the task); a second loss is an AdapterError naming the task
 ("rare_event seeded shard 3 of 7: ..."). Each retry is one line in the result's `errors`.
+
+A decisive audit (`--stop decisive`) does not split: its rounds run one check after another on one
+adapter, as they do locally (`--jobs` unused there too), so `run_whole` runs it whole in one adapter
+actor (retried once on a new actor if that one is lost) and returns its result, rows identical to a
+local decisive run's.
+
+Where the work ran is the result's `executor` record (`where`): the executor, the actors started, and
+the tasks each node ran (by node id), so a report shows what the cluster did.
 """
 
 from __future__ import annotations
@@ -59,6 +67,13 @@ def connect(executor: Executor) -> None:
         raise InputError(f"--executor {executor}: cannot connect to the Ray cluster: {why[:600]}") from None
 
 
+def _here() -> str:
+    """The Ray node id of the calling actor."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
+
+
 def portable(source):
     """The engine spec an actor elsewhere can load: a `path/file.py:name` spec with an absolute path
     (actors do not run in this directory); InputError for what cannot cross (an adapter instance, a
@@ -84,6 +99,7 @@ class AdapterActor:
         from specverify.battery.state import AuditState
 
         audit = prepare(source, given, isolated=isolated)
+        self.audit = audit
         self.engine = audit.engine
         self.ctx = replace(audit.ctx, state=AuditState(), factory=audit.factory)
         self.kept = {}              # task key -> {check: rows}, whose power_fn the driver may ask for
@@ -97,12 +113,19 @@ class AdapterActor:
         powered = {name: [i for i, r in enumerate(rows) if r.power_fn is not None] for name, rows in ran.rows.items()}
         out = copy.copy(ran)
         out.rows = {name: [replace(r, power_fn=None) for r in rows] for name, rows in ran.rows.items()}
-        return out, powered, os.getpid()
+        return out, powered, _here()
 
     def run_shard(self, level: str, spec: dict):
         from specverify.checks import rare_event
 
-        return rare_event.SHARD[level](self.engine, replace(self.ctx, check=SHARDED), spec), os.getpid()
+        return rare_event.SHARD[level](self.engine, replace(self.ctx, check=SHARDED), spec), _here()
+
+    def run_whole(self):
+        """The whole audit here (a decisive one): its result, rows without their power functions (the
+        actor's Holm has stated each row's power already), and this node's id."""
+        result = self.audit.run(jobs=1)
+        result.checks = [replace(r, power_fn=None) for r in result.checks]
+        return result, _here()
 
     def power(self, key, name: str, index: int, level: float) -> float:
         return float(self.kept[key][name][index].power_fn(level))
@@ -171,11 +194,73 @@ def _actor_count(executor: Executor, tasks: int) -> int:
     return max(1, min(min(fits), tasks))
 
 
+def where(executor: Executor, actors: int, nodes: list) -> dict:
+    """The result's `executor` record: {"name", "actors", "tasks", "tasks_per_node": {node id: tasks}};
+    `nodes`: the node id each task's recorded result came from."""
+    return {"name": str(executor), "actors": actors, "tasks": len(nodes),
+            "tasks_per_node": dict(sorted(collections.Counter(nodes).items()))}
+
+
+def _actor_class(executor: Executor):
+    import ray
+
+    env = {"PYTHONPATH": os.pathsep.join(p for p in [os.getcwd(), os.environ.get("PYTHONPATH", "")] if p)}
+    return ray.remote(num_cpus=executor.cpus_per_adapter, num_gpus=executor.gpus_per_adapter, max_restarts=0,
+                      runtime_env={"env_vars": env})(AdapterActor)
+
+
+def _lost(label: str, tries: int, exc) -> str:
+    """The errors line of a task whose actor was lost; AdapterError (nothing counted) at MAX_TRIES."""
+    why = (str(exc).strip().splitlines() or ["actor died"])[0][:200]
+    if tries >= MAX_TRIES:
+        raise AdapterError(f"{label}: its adapter actor was lost {tries} times, nothing of it was counted; "
+                           f"last: {why}") from None
+    return f"{label}: its adapter actor was lost ({why}); run again from its start on a new actor"
+
+
+def _failed(label: str, exc) -> Exception:
+    """The error to raise for a task that raised in its actor: the adapter's or input's own, named."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, (AdapterError, InputError)):
+        return type(cause)(f"{label}: {cause}")
+    first = (str(cause or exc).strip().splitlines() or ["failed"])[-1]
+    return AdapterError(f"{label}: {first[:300]}")
+
+
+WHOLE = "the decisive audit"    # how a message names run_whole's one task
+
+
+def run_whole(executor: Executor, source, given: dict, isolated: bool):
+    """The audit `given` describes, whole, in one adapter actor (module docstring): its AuditResult, with
+    a lost actor's retry under `errors` and the `where` record under `executor`."""
+    import ray
+    from ray.exceptions import RayActorError, RayTaskError
+
+    assert executor.kind == RAY
+    source = portable(source)
+    remote, errors = _actor_class(executor), []
+    for tries in range(1, MAX_TRIES + 1):
+        actor = remote.remote(source, given, isolated)
+        try:
+            result, node = ray.get(actor.run_whole.remote())
+        except RayActorError as exc:
+            errors.append(_lost(WHOLE, tries, exc))
+            continue
+        except RayTaskError as exc:
+            raise _failed(WHOLE, exc) from None
+        finally:
+            ray.kill(actor)
+        result.errors = errors + list(result.errors)
+        result.executor = where(executor, tries, [node])
+        return result
+    raise AssertionError("unreachable: the last try returns or raises")
+
+
 def run(executor: Executor, engine, ctx, names: list, source, given: dict, isolated: bool) -> tuple:
-    """Run `names` against the engine on the cluster: (rans, states, errors, actors): each task's `_Ran`,
-    each actor's `AuditState` (its adapter calls), one line per retried task, and the actors (the rows'
-    `RemotePower` still asks them: `release` them after Holm) for `audit.run_audit` to assemble as it
-    does a local run's jobs (module docstring)."""
+    """Run `names` against the engine on the cluster: (rans, states, errors, actors, record): each
+    task's `_Ran`, each actor's `AuditState` (its adapter calls), one line per retried task, the actors
+    (the rows' `RemotePower` still asks them: `release` them after Holm), for `audit.run_audit` to
+    assemble as it does a local run's jobs (module docstring), and the `where` record."""
     import ray
     from ray.exceptions import RayActorError, RayTaskError
 
@@ -187,9 +272,7 @@ def run(executor: Executor, engine, ctx, names: list, source, given: dict, isola
     start = time.perf_counter()
     source = portable(source)
     tasks, plans = _tasks(engine, ctx, names)
-    env = {"PYTHONPATH": os.pathsep.join(p for p in [os.getcwd(), os.environ.get("PYTHONPATH", "")] if p)}
-    remote = ray.remote(num_cpus=executor.cpus_per_adapter, num_gpus=executor.gpus_per_adapter, max_restarts=0,
-                        runtime_env={"env_vars": env})(AdapterActor)
+    remote = _actor_class(executor)
 
     def new_actor():
         return remote.remote(source, given, isolated)
@@ -215,28 +298,20 @@ def run(executor: Executor, engine, ctx, names: list, source, given: dict, isola
             try:
                 result = ray.get(ready[0])
             except RayActorError as exc:
-                why = (str(exc).strip().splitlines() or ["actor died"])[0][:200]
-                if task.tries >= MAX_TRIES:
-                    raise AdapterError(f"{task.label}: its adapter actor was lost {task.tries} times, nothing of it was "
-                                       f"counted; last: {why}") from None
-                errors.append(f"{task.label}: its adapter actor was lost ({why}); run again from its start on a new actor")
+                errors.append(_lost(task.label, task.tries, exc))
                 retired.append(actors[i])
                 actors[i] = new_actor()
                 queue.appendleft(task)
                 free.append(i)
                 continue
             except RayTaskError as exc:
-                cause = getattr(exc, "cause", None)
-                if isinstance(cause, (AdapterError, InputError)):
-                    raise type(cause)(f"{task.label}: {cause}") from None
-                first = (str(cause or exc).strip().splitlines() or ["failed"])[-1]
-                raise AdapterError(f"{task.label}: {first[:300]}") from None
+                raise _failed(task.label, exc) from None
             if task.key in groups or task.key in shards:
                 raise AssertionError(f"{task.label}: a second result")     # a task's result is recorded once
             (groups if task.key[0] == "group" else shards)[task.key] = (result, i)
             free.append(i)
         rans = []
-        for key, ((ran, powered, _pid), i) in groups.items():
+        for key, ((ran, powered, _node), i) in groups.items():
             for name, indices in powered.items():
                 for j in indices:
                     ran.rows[name][j].power_fn = RemotePower(actors[i], key, name, j)
@@ -258,7 +333,8 @@ def run(executor: Executor, engine, ctx, names: list, source, given: dict, isola
         for actor in actors + retired:
             ray.kill(actor)
         raise
-    return rans, states, errors, actors + retired
+    nodes = [result[-1] for result, _ in [*groups.values(), *shards.values()]]
+    return rans, states, errors, actors + retired, where(executor, len(actors) + len(retired), nodes)
 
 
 def release(actors) -> None:
