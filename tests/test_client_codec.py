@@ -103,3 +103,31 @@ def test_request_defaults_fill_only_what_the_request_leaves_unset():
     client.complete((1,), max_tokens=2, temperature=0.8, top_p=0.9, top_k=2)
     body = server.bodies[-1]
     assert (body["top_p"], body["top_k"], body["min_p"]) == (0.9, 2, 0.0)
+
+
+class FailsWithStop(FakeLlamaCppServer):
+    """A 500 on any request carrying `stop` (transformers serve on a tokenizer without an unknown token)."""
+
+    def __call__(self, request):
+        if request.url.path.endswith("/completions") and "stop" in json.loads(request.content):
+            return httpx.Response(500, json={"error": {"message": "Missing [UNK] token"}})
+        return super().__call__(request)
+
+
+class FailsAlways(FakeLlamaCppServer):
+    def __call__(self, request):
+        if request.url.path.endswith("/completions"):
+            return httpx.Response(500, json={"error": {"message": "boom"}})
+        return super().__call__(request)
+
+
+def test_a_server_failing_only_requests_with_an_option_lacks_that_option():
+    support = _client(FailsWithStop()).probe()
+    assert support.features["stop"] is False
+    assert "stop" in support.why["stop"] and "HTTP 500" in support.why["stop"]
+    assert support.features["logprobs"] is True          # the other options are probed as usual
+
+
+def test_a_server_failing_every_request_is_still_an_error():
+    with pytest.raises(ServerError, match="HTTP 500"):
+        _client(FailsAlways()).probe()

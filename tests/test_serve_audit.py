@@ -237,13 +237,13 @@ def test_cli_a_server_that_never_becomes_ready_is_exit_2_and_reaped(tmp_path, mo
 
 @pytest.mark.slow
 def test_serve_audit_of_our_server_passes_and_writes_the_report(tmp_path, capsys):
-    """`specverify serve-audit specverify` end to end (about a minute on 2 shared cores): both servers
-    launched, every server row PASS (exact server; Holm at alpha 1e-3, seeds fixed), the report holds
+    """`specverify serve-audit specverify --checks server` end to end (about a minute on 2 shared cores):
+    both servers launched, the four server rows and nothing else run, every one PASS (exact server; Holm at alpha 1e-3, seeds fixed), the report holds
     the commands and the logs, and no child is left."""
     from specverify.cli import main
     out = tmp_path / "report"
     rc = main(["serve-audit", "specverify", "--python", sys.executable, "--model", "tiny:4,7", "--spec", "draft",
-               "--plain", "--samples", "10000", "--out", str(out), "-q"])
+               "--plain", "--samples", "10000", "--checks", "server", "--out", str(out), "-q"])
     assert rc == 0, capsys.readouterr()
     launch = json.loads((out / "launch.json").read_text())
     assert launch["spec"]["argv"][launch["spec"]["argv"].index("--spec") + 1] == "draft"

@@ -39,6 +39,9 @@ GRACE_S = 2.0                     # beyond --timeout, before a request that is s
 FEWER_CHOICES = "choices, got"       # the words of the error a wrong number of choices raises
 
 
+SERVER_FAULT = "HTTP 5"      # a 5xx status in a ServerError's text (`_call`)
+
+
 class ServerError(AdapterError):
     """The server could not be audited: one line naming the URL and what went wrong."""
 
@@ -388,10 +391,17 @@ class ServerClient:
                 s.features[name], s.why[name] = False, str(exc)
                 return
             except ServerError as exc:
-                if name != "n" or FEWER_CHOICES not in str(exc):
+                if name == "n" and FEWER_CHOICES in str(exc):
+                    # mlx_lm.server ignores n and answers one choice: while probing that means "no n"
+                    s.features[name], s.why[name] = False, str(exc).split(": ", 1)[-1]
+                    return
+                if SERVER_FAULT not in str(exc):
                     raise
-                # mlx_lm.server ignores n and answers one choice: while probing that means "no n"
-                s.features[name], s.why[name] = False, str(exc).split(": ", 1)[-1]
+                # the plain request worked, the same request with this one option made the server fail
+                # (transformers serve: stop strings on a tokenizer without an unknown token): the feature
+                # is not offered, and the rows needing it are SKIP with this reason under not covered
+                s.features[name] = False
+                s.why[name] = f"a request with {name} failed on the server: {str(exc).split(': ', 1)[-1]}"
                 return
             s.features[name] = bool(ok)
             if not ok:
