@@ -49,11 +49,16 @@ a row that needs what the server lacks is a SKIP listed under not covered.
 
     server.preemption
                       PREEMPT_PROMPTS prompts x {greedy, seeded T=1} runs of RUN_TOKENS tokens, each sent
-                      alone (one at a time), then all at once; the server's preemption counter (GET /metrics,
-                      a sample named *num_preemptions_total: ours, vLLM's) read before and after the
-                      concurrent wave must have grown -- every request of that wave is compared, so a
-                      preemption hit a compared request -- else a SKIP (a stress that did not happen is not
-                      a pass: start our server with a small --kv-budget). Then each request's ids, text,
+                      alone (one at a time), then in two waves (greedy, seeded: one seed), each wave ONE
+                      completions request with the prompts as a list (`_wave`: admitted together, so which
+                      request is preempted at which step does not depend on arrival times); the server's
+                      preemption counter (GET /metrics, a sample named *num_preemptions_total: ours, vLLM's)
+                      read before and after the waves must have grown -- every request of a wave is
+                      compared, so a preemption hit a compared request -- else a SKIP (a stress that did not
+                      happen is not a pass: start our server with a small --kv-budget); where the server
+                      counts preemptions while decoding (*num_decode_preemptions_total: ours) that one must
+                      have grown too, else a SKIP (a stale draft state is only read by a request resumed
+                      mid-decode); a server without it is said so in the detail. Then each request's ids, text,
                       finish_reason and logprobs at once == alone: logprob bytes on a toy model (float64
                       rows), within LOGPROB_ATOL otherwise (a recompute row is a prefill row). Exact.
                       Catches a request resumed with stale draft state or KV (vLLM #52071, PRs #40768,
@@ -95,8 +100,10 @@ CACHE_PROBES = 3
 CACHE_PROMPT_TOKENS = 20   # more than a block of 16 (our server's and vLLM's default) is cached
 CACHE_SHARED_TOKENS = 17   # the shared-prefix prompts share this many leading tokens
 CACHE_TOKENS = 6           # within a tiny:V model's context (30 tokens at V = 4)
-PREEMPT_PROMPTS = 6        # x greedy/seeded: 12 requests at once (our toy server at --kv-budget 48 fits 3)
+PREEMPT_PROMPTS = 6        # a wave: one request with 6 prompts (our toy server at --kv-budget 96 fits 6 prompts but
+                           # not their growth: the latest admitted is preempted while decoding)
 PREEMPTIONS_METRIC = "num_preemptions_total"
+DECODE_PREEMPTIONS_METRIC = "num_decode_preemptions_total"    # ours: preempted after its first output token
 SEED_BASE = 7000           # the rows' request seeds: SEED_BASE + run index (fixed: the audit is reproducible)
 
 
@@ -578,10 +585,26 @@ def _hex(values):
 
 # ------------------------------------------------------------------------------ preemption
 
+def _wave(engine, reqs) -> list:
+    """The requests of one kind (same temperature, seed, logprobs) as ONE completions request with a list
+    of prompts: a server that queues a request's prompts together (ours: `Batcher.submit` takes them at
+    once) admits them in one step, so which request is preempted at which step does not depend on arrival
+    times. A server that refuses prompt lists gets them concurrently. One choice per request, in order."""
+    from specverify.server.client import Unsupported
+    first = reqs[0]
+    try:
+        return list(engine.client.complete([r["prompt"] for r in reqs], max_tokens=first["max_tokens"],
+                                           temperature=first["temperature"], seed=first.get("seed"),
+                                           logprobs=first["logprobs"]))
+    except Unsupported:
+        return [g[0] for g in engine.client.many(reqs, len(reqs))]
+
+
 def preemption_row(engine, ctx) -> CheckResult:
     """Module docstring, server.preemption."""
     s = engine.support
-    name = f"server.preemption[{PREEMPT_PROMPTS} prompts x greedy/seeded: alone vs all at once]"
+    kinds = "greedy/seeded" if s["seed"] else "greedy"
+    name = f"server.preemption[{PREEMPT_PROMPTS} prompts x {kinds}: alone vs a wave of {PREEMPT_PROMPTS} at once]"
     before = engine.client.counter(PREEMPTIONS_METRIC)
     if before is None:
         return skip(name, f"the server exposes no preemption counter (GET /metrics, a *{PREEMPTIONS_METRIC} "
@@ -589,23 +612,34 @@ def preemption_row(engine, ctx) -> CheckResult:
     lp = 1 if s["logprobs"] else None
     exact = _toy(engine) is not None
     prompts = _prompts(engine, PREEMPT_PROMPTS, "preemption", ctx)
-    reqs = []
-    for i, p in enumerate(prompts):
-        reqs.append(dict(prompt=p, max_tokens=RUN_TOKENS, temperature=0.0, logprobs=lp))
-        if s["seed"]:
-            reqs.append(dict(prompt=p, max_tokens=RUN_TOKENS, temperature=1.0, seed=SEED_BASE + 500 + i, logprobs=lp))
+    waves = [[dict(prompt=p, max_tokens=RUN_TOKENS, temperature=0.0, logprobs=lp) for p in prompts]]
+    if s["seed"]:              # one seed for the wave (a list of prompts shares the request's seed)
+        waves.append([dict(prompt=p, max_tokens=RUN_TOKENS, temperature=1.0, seed=SEED_BASE + 500, logprobs=lp)
+                      for p in prompts])
+    reqs = [r for w in waves for r in w]
     with Timer() as t:
         alone = [engine.client.many([r], 1)[0][0] for r in reqs]
         mid = engine.client.counter(PREEMPTIONS_METRIC)
-        crowd = [g[0] for g in engine.client.many(reqs, len(reqs))]
+        mid_decode = engine.client.counter(DECODE_PREEMPTIONS_METRIC)
+        crowd = [c for w in waves for c in _wave(engine, w)]
         after = engine.client.counter(PREEMPTIONS_METRIC)
+        after_decode = engine.client.counter(DECODE_PREEMPTIONS_METRIC)
     preempted = (after or 0.0) - (mid or 0.0)
-    counts = dict(preemptions_alone=(mid or 0.0) - before, preemptions_at_once=preempted)
+    decode = None if mid_decode is None or after_decode is None else after_decode - mid_decode
+    counts = dict(preemptions_alone=(mid or 0.0) - before, preemptions_at_once=preempted,
+                  decode_preemptions_at_once=decode)
     if preempted <= 0:
         return CheckResult(name, SKIP, n=len(reqs), seconds=t.seconds,
-                           detail=f"no preemption during the {len(reqs)} concurrent requests (the counter stayed at "
-                                  f"{after:g}): the KV budget was not tight enough (our server: specverify serve "
-                                  "--kv-budget N); nothing was tested", data={"not_covered": True, **counts})
+                           detail=f"no preemption during the waves of {PREEMPT_PROMPTS} requests at once (the counter "
+                                  f"stayed at {after:g}): the KV budget was not tight enough (our server: specverify "
+                                  "serve --kv-budget N); nothing was tested", data={"not_covered": True, **counts})
+    if decode is not None and decode <= 0:
+        return CheckResult(name, SKIP, n=len(reqs), seconds=t.seconds,
+                           detail=f"{preempted:g} preemptions in the waves, none of a request while decoding (the "
+                                  f"*{DECODE_PREEMPTIONS_METRIC} counter stayed at {after_decode:g}): a resume with "
+                                  "stale draft state was not exercised", data={"not_covered": True, **counts})
+    where = (f"{decode:g} of them while decoding" if decode is not None
+             else f"the server does not say which while decoding (no *{DECODE_PREEMPTIONS_METRIC} sample)")
     for i, (r, a, b) in enumerate(zip(reqs, alone, crowd)):
         kind = "greedy" if r["temperature"] == 0 else f"seed {r['seed']}"
         problems = []
@@ -620,11 +654,11 @@ def preemption_row(engine, ctx) -> CheckResult:
                                                             for x, y in zip(a.logprobs, b.logprobs))):
             problems.append(f"logprobs differ from alone (not {_tol_words(exact)})")
         if problems:
-            return _fail(name, f"request {i} ({kind}) among {len(reqs)} at once ({preempted:g} preemptions): "
-                               + "; ".join(problems), len(reqs), t, request=i, **counts)
-    return _pass(name, f"{len(reqs)} requests at once, {preempted:g} preemptions: ids, text, finish_reason"
-                       + (f" and logprobs ({_tol_words(exact)})" if lp else "") + " equal to each alone",
-                 len(reqs), t, **counts)
+            return _fail(name, f"request {i} ({kind}) in a wave of {PREEMPT_PROMPTS} at once ({preempted:g} "
+                               f"preemptions, {where}): " + "; ".join(problems), len(reqs), t, request=i, **counts)
+    return _pass(name, f"{len(waves)} waves of {PREEMPT_PROMPTS} requests at once, {preempted:g} preemptions ({where}): "
+                       "ids, text, finish_reason" + (f" and logprobs ({_tol_words(exact)})" if lp else "")
+                 + " equal to each alone", len(reqs), t, **counts)
 
 
 # ------------------------------------------------------------------------------ the check

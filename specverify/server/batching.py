@@ -111,9 +111,11 @@ class Batcher:
     def counters(self) -> list:
         """[(name, value, help)] of the /metrics endpoint, summed over every engine this server built."""
         m = self.engine.metrics
-        now = {"num_preemptions_total": m.num_preemptions, "num_steps_total": m.num_steps,
-               "num_emitted_tokens_total": m.num_emitted}
+        now = {"num_preemptions_total": m.num_preemptions, "num_decode_preemptions_total": m.num_decode_preemptions,
+               "num_steps_total": m.num_steps, "num_emitted_tokens_total": m.num_emitted}
         helps = {"num_preemptions_total": "running requests whose KV was taken back and later recomputed",
+                 "num_decode_preemptions_total": "of those, requests preempted while decoding (after their "
+                                                 "first output token, its KV fed)",
                  "num_steps_total": "engine steps (target launches)",
                  "num_emitted_tokens_total": "tokens kept"}
         return [(k, now[k] + self.earlier.get(k, 0), helps[k]) for k in now]
