@@ -19,7 +19,7 @@ exactness -- with "engine." for "server." in its name; the adapter's `complete` 
 The n = 2 independence row of the server level is not run: the protocol has no n > 1 (listed under not
 covered). An adapter without a feature gets that row as a SKIP (not covered). Exact rows only.
 
-Budget: fixed prompts, runs and offsets (about 500 requests); --samples unused.
+Budget (`--samples`): fixed prompts, runs and offsets (about 500 requests); --samples unused.
 """
 
 from __future__ import annotations
