@@ -130,3 +130,19 @@ def test_audit_runs_the_serving_adapter_in_its_own_process(tmp_path):
     assert result["verdict"] == "pass" and {rows[k]["verdict"] for k in ROWS} == {"pass"}
     assert rows["engine.preemption"]["data"]["decode_preemptions_at_once"] > 0
     assert "n > 1" in result["not_covered"]["engine_serving"]
+
+
+def test_the_minimal_adapter_of_the_protocol_page_runs_as_documented():
+    """docs/adapter-protocol.md's GreedyToy: logprobs, length and stream pass; stop, seeds and preemption
+    are SKIPs (it declares no stop or seed, has no counters)."""
+    import pathlib
+    import re
+    page = (pathlib.Path(__file__).parent.parent / "docs" / "adapter-protocol.md").read_text()
+    code = re.search(r"```python\n(import numpy as np\n.*?class GreedyToy.*?)```", page, re.S).group(1)
+    space: dict = {}
+    exec(compile(code, "greedy_toy.py", "exec"), space)
+    rows = _by_row(engine_serving.run(space["factory"](), Context()))
+    assert {k: rows[k].verdict for k in ("engine.logprobs", "engine.length", "engine.stream")} == \
+        {"engine.logprobs": "pass", "engine.length": "pass", "engine.stream": "pass"}
+    for k in ("engine.stop", "engine.seeds", "engine.preemption"):
+        assert rows[k].verdict == "skip" and rows[k].data["not_covered"], (k, rows[k].detail)
