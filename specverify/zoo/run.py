@@ -98,6 +98,13 @@ def audit_one(name: str, settings: dict) -> dict:
 
 def _worker_init():
     os.environ["NUMBA_NUM_THREADS"] = "1"
+    # numba read the core count when this worker imported it (unpickling this function imports the audit):
+    # read the setting again now, before any parallel region starts its threads -- else the first region
+    # of a worker whose first audit compiles nothing starts them with the core count, and the next
+    # compile's re-read (1) stops every later audit there with "Cannot set NUMBA_NUM_THREADS to a
+    # different value once the threads have been launched" (seen: mutants 38-41 as E under load 20)
+    from numba.core import config
+    config.reload_config()
     # every worker audits our adapters, the rank mutants' rank_agreement among them: its fork server
     # (a torch import) starts now, beside the worker's first audit, rather than inside one audit's time
     from ..checks.rank_agreement import rank_calls
