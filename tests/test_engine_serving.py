@@ -146,3 +146,21 @@ def test_the_minimal_adapter_of_the_protocol_page_runs_as_documented():
         {"engine.logprobs": "pass", "engine.length": "pass", "engine.stream": "pass"}
     for k in ("engine.stop", "engine.seeds", "engine.preemption"):
         assert rows[k].verdict == "skip" and rows[k].data["not_covered"], (k, rows[k].detail)
+
+
+@pytest.mark.slow      # ~130 generate calls: 67 s under load 15 on 2 shared cores
+def test_transformers_assisted_generation_at_the_serving_level():
+    """transformers-serving: the raw `logits` assisted generation returns per new token give every
+    logprob within LOGPROB_ATOL of the toy target's (generate keeps float32 logits), its streamer's
+    step chunks concatenate to the ids; what its API lacks is a SKIP, never a pass."""
+    pytest.importorskip("transformers")
+    from specverify.adapters.hf_serving import TransformersServing
+    from specverify.checks import serving
+    level = EngineLevelEngine(TransformersServing())
+    assert not level.float64_logprobs
+    rows = {r.name.split("[")[0]: r for r in (serving.logprobs_row(level, Context()), serving.stream_row(level, Context()),
+                                             serving.stop_row(level, Context()), serving.preemption_row(level, Context()))}
+    assert rows["server.logprobs"].verdict == "pass" and "within 0.001" in rows["server.logprobs"].detail
+    assert rows["server.logprobs"].data["compared"] >= 80
+    assert rows["server.stream"].verdict == "pass", rows["server.stream"].detail
+    assert rows["server.stop"].verdict == rows["server.preemption"].verdict == "skip"

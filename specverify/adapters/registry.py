@@ -21,6 +21,7 @@ ENGINES = {
     "transformers": ("specverify.adapters.hf_transformers:make", "transformers' _speculative_sampling, injected coins (pip install 'specverify[transformers]')"),
     "transformers-assisted": ("specverify.adapters.hf_engine:make", "transformers assisted generation (engine level) on the toy models as transformers LMs"),
     "transformers-lookup": ("specverify.adapters.hf_engine:lookup", "transformers prompt-lookup decoding (engine level) on the toy models"),
+    "transformers-serving": ("specverify.adapters.hf_serving:make", "transformers assisted generation at the serving engine level (tiny:4,7): output_logits logprobs, streamer deltas, seeded runs"),
     "transformers-assisted-llama": ("specverify.adapters.hf_engine:llama", "transformers assisted generation on tiny random Llamas (real KV caches; laws from their float64 forward)"),
     "transformers-lookup-llama": ("specverify.adapters.hf_engine:lookup_llama", "transformers prompt lookup on tiny random Llamas"),
     "transformers-bitwise": ("specverify.adapters.hf_bitwise:smollm2", "transformers greedy: assisted (self and truncated assistant) and prompt lookup vs plain, bitwise, on SmolLM2-135M from the GGUF"),

@@ -12,6 +12,10 @@ its sampler -- logprobs, text, finish reasons, usage, step events -- without a s
                         the exact logprob of every token (`reference.serving.log_softmax` of its row)
     serving_features    (attribute, required) which of FEATURES the outputs carry; a row that needs one the
                         adapter lacks is a SKIP listed under not covered
+    serving_float64_logprobs
+                        (attribute, optional, default True) whether its logprobs are computed from the
+                        toy's float64 rows (compared bit for bit); False: the engine casts its logits
+                        (transformers' generate: float32), compared within checks.serving.LOGPROB_ATOL
     counters()          (optional) {"num_preemptions": int, "num_decode_preemptions": int} since the
                         adapter was built: preemptions, and those of a request that had emitted a token
 
@@ -214,6 +218,7 @@ class EngineLevelEngine:
         self.support = self.client.support
         self.word_vocab = None
         self.name = self.client.url
+        self.float64_logprobs = bool(getattr(adapter, "serving_float64_logprobs", True))
 
 
 __all__ = ["FEATURES", "ServingRequest", "ServingOutput", "EngineLevelClient", "EngineLevelEngine", "check_features"]

@@ -131,6 +131,13 @@ def _toy(engine):
     return None if tiny is None else (tiny[0], tiny_models(*tiny)[0])
 
 
+def _float64_rows(engine) -> bool:
+    """Whether a toy model's logprobs come from its float64 rows (compared bit for bit): a server's always;
+    an engine-level adapter's unless it says its engine casts them (`serving_float64_logprobs = False`:
+    transformers' generate keeps float32 logits; compared within LOGPROB_ATOL)."""
+    return bool(getattr(engine, "float64_logprobs", True))
+
+
 def _top_n(engine) -> int:
     return min(TOP, engine.vocab) if engine.vocab else TOP
 
@@ -184,7 +191,7 @@ def logprobs_row(engine, ctx) -> CheckResult:
     if not s["token_ids"] or not s["token_id_prompts"]:
         return skip(name, "needs token-id prompts and returned token ids (to teacher-force each prefix)")
     toy = _toy(engine)
-    exact = toy is not None
+    exact = toy is not None and _float64_rows(engine)
     top = _top_n(engine)
     as_ids = _ids_as_names(engine)
     extra = {"extra": as_ids} if as_ids else {}
@@ -207,7 +214,7 @@ def logprobs_row(engine, ctx) -> CheckResult:
             want_top = forced.top[0] if forced.top else {}
             if toy is not None:          # the toy's own row: the definition itself
                 own = ref.log_softmax(toy[1].logits(_full(r["prompt"], c.ids[:j])))[tok]
-                if not _same_value(c.logprobs[j], own, True):
+                if not _same_value(c.logprobs[j], own, exact):
                     return _fail(name, f"run {k} ({kind}), position {j}: returned logprob {c.logprobs[j]!r} of token "
                                        f"{tok}, the target's log-softmax at that prefix {float(own)!r}", len(runs), t,
                                  run=k, position=j, returned=c.logprobs[j], expected=float(own))
@@ -289,7 +296,7 @@ def stop_row(engine, ctx) -> CheckResult:
     greedy = not s["seed"]
     in_flight = 1 if greedy else IN_FLIGHT
     lp = 1 if s["logprobs"] else None
-    exact = engine.vocab is not None
+    exact = engine.vocab is not None and _float64_rows(engine)
     prompts = _prompts(engine, STOP_RUNS, "stop", ctx)
     with Timer() as t:
         base = [dict(prompt=p, max_tokens=RUN_TOKENS, temperature=0.0, logprobs=lp) if greedy else
@@ -410,7 +417,7 @@ def stream_row(engine, ctx) -> CheckResult:
                     reqs.append({**r, "stop": [stop]})
         plain_all = engine.client.many(reqs, IN_FLIGHT)
         streamed = engine.client.many([{**r, "stream": True} for r in reqs], IN_FLIGHT)
-    exact = engine.vocab is not None
+    exact = engine.vocab is not None and _float64_rows(engine)
     detok = None
     if engine.vocab is not None:
         from specverify.server.models import ToyTokenizer
@@ -610,7 +617,7 @@ def preemption_row(engine, ctx) -> CheckResult:
         return skip(name, f"the server exposes no preemption counter (GET /metrics, a *{PREEMPTIONS_METRIC} "
                           "sample): whether the traffic preempted anything is unknown")
     lp = 1 if s["logprobs"] else None
-    exact = _toy(engine) is not None
+    exact = _toy(engine) is not None and _float64_rows(engine)
     prompts = _prompts(engine, PREEMPT_PROMPTS, "preemption", ctx)
     waves = [[dict(prompt=p, max_tokens=RUN_TOKENS, temperature=0.0, logprobs=lp) for p in prompts]]
     if s["seed"]:              # one seed for the wave (a list of prompts shares the request's seed)
