@@ -117,6 +117,21 @@ def test_a_missing_feature_is_a_skip_listed_as_not_covered():
     rows = _by_row(engine_serving.run(_Stub(answer), Context()))
     for k in ("engine.logprobs", "engine.stream", "engine.preemption"):
         assert rows[k].verdict == "skip" and rows[k].data["not_covered"], (k, rows[k].detail)
+    assert rows["engine.length"].verdict == "pass" and "engine.length.usage" not in rows      # usage declared
+    no_usage = _Stub(answer, features=("text", "stop", "seed"))
+    rows = _by_row(engine_serving.run(no_usage, Context()))
+    assert rows["engine.length"].verdict == "pass" and "usage not checked" in rows["engine.length"].detail
+    assert rows["engine.length.usage"].verdict == "skip" and rows["engine.length.usage"].data["not_covered"]
+
+
+def test_the_length_row_catches_a_crossed_cap_without_usage():
+    """With no usage block the caps are still checked: one token past max_tokens fails."""
+    def answer(r: ServingRequest):
+        ids = tuple((sum(r.prompt) + j) % 4 for j in range(r.max_tokens + (r.max_tokens == 5)))
+        return ServingOutput(ids, "length", " ".join(f"t{t}" for t in ids))
+    from specverify.checks import serving
+    row = serving.length_row(EngineLevelEngine(_Stub(answer, features=("text",))), Context())
+    assert row.verdict == "fail" and "the cap crossed" in row.detail
 
 
 def test_audit_runs_the_serving_adapter_in_its_own_process(tmp_path):
@@ -159,7 +174,9 @@ def test_transformers_assisted_generation_at_the_serving_level():
     level = EngineLevelEngine(TransformersServing())
     assert not level.float64_logprobs
     rows = {r.name.split("[")[0]: r for r in (serving.logprobs_row(level, Context()), serving.stream_row(level, Context()),
-                                             serving.stop_row(level, Context()), serving.preemption_row(level, Context()))}
+                                             serving.stop_row(level, Context()), serving.preemption_row(level, Context()),
+                                             serving.length_row(level, Context()))}
+    assert rows["server.length"].verdict == "pass" and "usage not checked" in rows["server.length"].detail
     assert rows["server.logprobs"].verdict == "pass" and "within 0.001" in rows["server.logprobs"].detail
     assert rows["server.logprobs"].data["compared"] >= 80
     assert rows["server.stream"].verdict == "pass", rows["server.stream"].detail

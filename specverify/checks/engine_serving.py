@@ -43,7 +43,8 @@ def run(engine, ctx) -> list[CheckResult]:
         return []
     from specverify.adapters.serving_level import EngineLevelEngine
     level = EngineLevelEngine(engine)
-    rows = [serving.logprobs_row(level, ctx), serving.stop_row(level, ctx), serving.length_row(level, ctx),
+    length = serving.length_row(level, ctx)
+    rows = [serving.logprobs_row(level, ctx), serving.stop_row(level, ctx), length, *serving.usage_rows(length),
             serving.stream_row(level, ctx)]
     rows += [r for r in serving.seeds_rows(level, ctx) if not r.name.startswith(NOT_AT_ENGINE_LEVEL)]
     rows.append(serving.prefix_cache_row(level, ctx))

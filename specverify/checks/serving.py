@@ -388,10 +388,20 @@ def length_row(engine, ctx) -> CheckResult:
         if u["prompt_tokens"] != len(r["prompt"]) or u["total_tokens"] != u["prompt_tokens"] + u["completion_tokens"]:
             return _fail(name, f"{what}: usage {u} for a prompt of {len(r['prompt'])} tokens", len(reqs), t,
                          request=what, usage=u)
-    if no_usage == len(reqs):
-        return skip(name, "the server returns no usage block")
+    if no_usage == len(reqs):           # the caps were checked; usage is listed apart (`usage_row`)
+        return _pass(name, f"{len(reqs)} requests: len(ids) <= max_tokens and finish_reason right (no usage "
+                           "block: usage not checked)", len(reqs), t, usage_checked=False)
     return _pass(name, f"{len(reqs)} requests: len(ids) <= max_tokens, finish_reason and usage right"
-                       + (f" ({no_usage} without usage)" if no_usage else ""), len(reqs), t)
+                       + (f" ({no_usage} without usage)" if no_usage else ""), len(reqs), t, usage_checked=True)
+
+
+def usage_rows(length: CheckResult) -> list:
+    """[] when the length row checked usage (or did not run); else a SKIP listed under not covered: a
+    server (or engine) that returns no usage block had its caps checked, its usage not."""
+    if length.verdict == SKIP or length.data.get("usage_checked", True):
+        return []
+    return [skip("server.length.usage", "the server returns no usage block: usage.completion_tokens == "
+                                        "len(ids) not checked")]
 
 
 # ------------------------------------------------------------------------------ stream
@@ -674,7 +684,8 @@ def run(engine, ctx) -> list[CheckResult]:
     if getattr(engine, "client", None) is None or "server" not in getattr(engine, "capabilities", ()):
         return [skip("serving", "not a server: audit an OpenAI-compatible URL (specverify audit http://HOST:PORT/v1)")]
     support = engine.client.probe()
-    rows = [logprobs_row(engine, ctx), stop_row(engine, ctx), length_row(engine, ctx), stream_row(engine, ctx)]
+    length = length_row(engine, ctx)
+    rows = [logprobs_row(engine, ctx), stop_row(engine, ctx), length, *usage_rows(length), stream_row(engine, ctx)]
     rows += seeds_rows(engine, ctx)
     rows.append(prefix_cache_row(engine, ctx))
     rows.append(preemption_row(engine, ctx))
