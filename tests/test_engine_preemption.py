@@ -50,6 +50,7 @@ def test_preempted_requests_equal_each_request_alone():
     prompts, sampling = _requests()
     together, rows = _run(prompts, sampling, num_blocks=TIGHT_BLOCKS)
     assert together.metrics.num_preemptions > 0                  # the stress happened
+    assert 0 < together.metrics.num_decode_preemptions <= together.metrics.num_preemptions   # some while decoding
     for i, (tokens, alone_rows) in enumerate(_alone(prompts, sampling)):
         assert together.tokens[i] == tokens, i
         assert rows[i] == alone_rows, i                          # the rows' bytes: recompute is exact on a toy

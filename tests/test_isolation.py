@@ -321,7 +321,7 @@ def test_the_protocol_table_is_the_one_vocabulary():
     assert isolation.PARAMS == {m.name: m.params for m in protocol.PROTOCOL}
     assert protocol.METHODS == {"chain": ("verify",), "greedy": ("verify",), "block": ("verify_block",),
                                 "tree": ("verify_trees", "verify_tree"), "seeded": ("verify_seeded",),
-                                "engine": ("generate",), "bitwise": ("decode_greedy",)}
+                                "engine": ("generate",), "bitwise": ("decode_greedy",), "serving": ("complete",)}
     assert protocol.REQUIRED == {"bitwise": ("bitwise_info",)}
     for rule in RULES.values():
         if rule.capability is not None:

@@ -85,20 +85,22 @@ def test_the_reference_server_passes_every_serving_row(urls):
     assert by["server.preemption"].data["preemptions_at_once"] > 0 and "bit for bit" in by["server.preemption"].detail
 
 
-# preempt-keeps-draft-state is caught only when a request is preempted *while decoding*, and which requests
-# are depends on when the wave's requests arrive: under CI's two busy xdist workers one run in two saw only
-# prefill-time preemptions (3, the row then passes on the variant). Until the row forces a decode-time
-# preemption it runs outside CI: pytest tests/test_serving.py -m slow (the engine-level test of the variant,
-# tests/test_engine_preemption.py, is deterministic and stays in CI).
-TIMING_DEPENDENT = {"preempt-keeps-draft-state"}
-
-
-@pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.slow) if v in TIMING_DEPENDENT else v
-                                     for v in VARIANTS])
+@pytest.mark.parametrize("variant", list(VARIANTS))
 def test_each_broken_variant_is_caught_by_its_row(urls, variant):
     rows = _rows(urls[variant], VARIANTS[variant])
     assert rows[0].verdict == "fail" and rows[0].exact, rows[0].detail
+    if variant == "preempt-keeps-draft-state":     # caught because a request was preempted while decoding
+        assert rows[0].data["decode_preemptions_at_once"] > 0, rows[0].data
 
+
+def test_the_preemption_waves_preempt_while_decoding_the_same_way_every_time(urls):
+    """Each wave is one request with a list of prompts: the server admits them in one step, so the
+    preemptions (and which requests take them) do not depend on arrival times -- the same counts twice."""
+    first, again = (_rows(urls["exact"], "server.preemption")[0] for _ in range(2))
+    assert first.verdict == again.verdict == "pass", (first.detail, again.detail)
+    keys = ("preemptions_at_once", "decode_preemptions_at_once")
+    assert [first.data[k] for k in keys] == [again.data[k] for k in keys]
+    assert first.data["decode_preemptions_at_once"] > 0
 
 
 # ------------------------------------------------------------------------------ the prefix-cache row can fail
@@ -161,26 +163,30 @@ def test_prefix_cache_row_is_no_pass_when_the_cache_was_not_seen_hit():
 
 
 class _Counting(_Scripted):
-    """A scripted client with a preemption counter: `preempts` added by every concurrent wave."""
+    """A scripted client with preemption counters: every wave (one request, a list of prompts) adds
+    `preempts` preemptions, `decoding` of them while decoding (None: no decode-time counter)."""
 
-    def __init__(self, answer, preempts, metric=True):
+    def __init__(self, answer, preempts, metric=True, decoding=None):
         super().__init__(answer)
         self.count, self.preempts, self.metric = 0.0, preempts, metric
+        self.decode_count, self.decoding = 0.0, decoding
 
     def counter(self, suffix):
+        if suffix == "num_decode_preemptions_total":
+            return self.decode_count if self.metric and self.decoding is not None else None
         return self.count if self.metric else None
 
-    def many(self, requests, in_flight=16):
-        if len(requests) > 1:
-            self.count += self.preempts
-        return super().many(requests, in_flight)
+    def complete(self, prompts, **kw):
+        self.count += self.preempts
+        self.decode_count += self.decoding or 0
+        return [self.many([dict(kw, prompt=p)], 1)[0][0] for p in prompts]
 
 
-def _preempt_row(answer, preempts, metric=True):
+def _preempt_row(answer, preempts, metric=True, decoding=None):
     from specverify.battery.base import Context
     from specverify.checks.serving import preemption_row
     engine = type("StubEngine", (), {})()
-    engine.client = _Counting(answer, preempts, metric)
+    engine.client = _Counting(answer, preempts, metric, decoding)
     engine.support, engine.vocab = engine.client.support, None
     engine.client.model = "m"
     return preemption_row(engine, Context())
@@ -203,7 +209,12 @@ def test_preemption_row_is_no_pass_when_nothing_was_preempted():
     row = _preempt_row(same, preempts=0, metric=False)                  # no counter at all
     assert row.verdict == "skip" and row.data["not_covered"] and "no preemption counter" in row.detail
     row = _preempt_row(same, preempts=3)                                # preempted and equal: a pass
-    assert row.verdict == "pass" and row.data["preemptions_at_once"] == 3
+    assert row.verdict == "pass" and row.data["preemptions_at_once"] == 6           # two waves (greedy, seeded)
+    assert "does not say which while decoding" in row.detail
+    row = _preempt_row(same, preempts=3, decoding=0)                    # preempted, never while decoding
+    assert row.verdict == "skip" and row.data["not_covered"] and "none of a request while decoding" in row.detail
+    row = _preempt_row(same, preempts=3, decoding=1)
+    assert row.verdict == "pass" and row.data["decode_preemptions_at_once"] == 2 and "2 of them while decoding" in row.detail
 
 
 @pytest.mark.slow      # a SmolLM2 server and ~300 requests: ~4 min on 2 shared cores

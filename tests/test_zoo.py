@@ -16,7 +16,7 @@ from specverify.audit import ADAPTER_CHECKS as BATTERY      # the zoo's columns:
 from specverify.render import audit_report
 from specverify.zoo import MUTANTS, TARGETS
 from specverify.zoo.render import readme_block
-from specverify.zoo.run import tabulate
+from specverify.zoo.run import engine_names, tabulate
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README_BLOCK = re.compile(r"```console\n\$ specverify zoo\n.*?```\n", re.S)
@@ -34,11 +34,14 @@ def test_the_zoo_catches_every_mutant_and_passes_the_reference(tmp_path):
     zoo = json.loads(out.read_text())
     assert zoo["ok"] is True and zoo["checks"] == BATTERY
     engines = zoo["engines"]
-    assert set(engines) == {"reference"} | {f"mutant:{m}" for m in MUTANTS}
+    assert set(engines) == {"reference", "specverify-serving"} | {f"mutant:{m}" for m in MUTANTS}
     assert engines["reference"]["verdict"] == "pass" and engines["reference"]["caught_by"] == []
     row = engines["reference"]["row"]
     assert row.pop("bitwise") == "-"          # a model-engine check: `audit specverify` runs it
+    assert row.pop("engine_serving") == "-"   # the serving engine level: specverify-serving's row below
     assert set(row.values()) == {"."}
+    serving = engines["specverify-serving"]   # the exact twin of mutants 45-51: not flagged
+    assert serving["verdict"] == "pass" and serving["row"]["engine_serving"] == "."
     for name, checks in TARGETS.items():
         e = engines[f"mutant:{name}"]
         assert e["verdict"] == "fail", name
@@ -92,7 +95,7 @@ def test_the_readme_zoo_matrix_is_the_rendering_of_the_committed_zoo_report():
     assert block, "docs/zoo.md has no `$ specverify zoo` console block"
     summary = json.loads((ROOT / "reports" / "zoo" / "summary.json").read_text())
     assert block.group(0) == readme_block(summary), "regenerate it: specverify zoo --markdown PATH"
-    assert summary["zoo"]["rows"] == ["reference"] + [f"mutant:{m}" for m in MUTANTS]
+    assert summary["zoo"]["rows"] == engine_names()
 
 
 def test_the_readme_block_of_a_zoo_run_equals_that_of_its_report():
@@ -100,7 +103,7 @@ def test_the_readme_block_of_a_zoo_run_equals_that_of_its_report():
         rows = [{"check": c, "verdict": "fail" if c in failing else "pass"} for c in checks]
         return {"audit": {"verdict": verdict, "checks": rows, "check_seconds": {c: 1.0 for c in checks}}, "seconds": 1.0}
 
-    sampler = [c for c in BATTERY if c != "bitwise"]           # bitwise applies to no engine here
+    sampler = [c for c in BATTERY if c not in ("bitwise", "engine_serving")]   # they apply to no engine here
     names = ["reference", "mutant:a", "mutant:engine-b"]
     zoo = tabulate(names, {"reference": audit("pass", checks=sampler), "mutant:a": audit("pass", checks=sampler),
                            "mutant:engine-b": audit("fail", ["runs"], checks=["runs", "identity"])}, {}, 1.0)

@@ -65,8 +65,9 @@ from specverify.reference.batch import PAD
 from specverify.reference.torch_toy import as_torch
 
 
-def toy_lm(toy):
-    """A ToyModel as a transformers causal LM with a DynamicCache of token ids."""
+def toy_lm(toy, dtype=None):
+    """A ToyModel as a transformers causal LM with a DynamicCache of token ids; its logits float32, or
+    `dtype` (torch.float64: the toy's own rows, bit for bit)."""
     installed.load("transformers", "transformers")
     import torch
     from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
@@ -101,7 +102,8 @@ def toy_lm(toy):
             new = input_ids.to(torch.float32)[:, None, :, None]           # [B, 1, n, 1]
             seen, _ = cache.update(new, new, 0)
             ids = seen[:, 0, :, 0].round().long()                         # [B, T]: every token in the cache
-            logits = self.table(ids)[:, -input_ids.shape[1]:].float()
+            logits = self.table(ids)[:, -input_ids.shape[1]:]
+            logits = logits.float() if dtype is None else logits.to(dtype)
             return CausalLMOutputWithPast(logits=logits, **{OUT_CACHE: cache})
 
     model = ToyLM(ToyConfig(vocab_size=int(toy.vocab_size), pad_token_id=0, eos_token_id=None, bos_token_id=None),

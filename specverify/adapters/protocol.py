@@ -122,6 +122,16 @@ result layout, with a worked example: `specverify.adapters.bitwise_level`):
     tokens (GreedyRequest.drafts) and the engine drafts `bitwise_level.drafted_tokens(...)` at each step
     (worked example there): rows `verify.width` and `rollback[j]`, every row compared with plain decode.
 
+Serving level -- what an in-process engine returns after its sampler (capability "serving"; the
+request and output layout: `specverify.adapters.serving_level`):
+
+    complete(requests: tuple[ServingRequest, ...]) -> list[ServingOutput]
+        the requests at once (one batch), each run to its end: per request its kept ids, finish_reason,
+        and as declared in serving_features its text, logprobs (+ top entries), completion_tokens,
+        cached_tokens and stream deltas; serving_model = "tiny:V,SEED" names the toy model it runs
+    counters() -> {"num_preemptions", "num_decode_preemptions"}   (optional)
+    The rows (`checks.engine_serving`) are the server level's (`checks.serving`), run without HTTP.
+
 A complete minimal adapter (the exact chain rule, by way of the reference) looks like this:
 
     import numpy as np
@@ -183,6 +193,10 @@ PROTOCOL = (
     Method("bitwise_info", (), required_by=("bitwise",)),     # specverify.adapters.bitwise_level
     Method("decode_greedy", ("request",), ("bitwise",)),
     Method("own_models", ("vocab", "seed")),                  # for `models = "own"` (check_models)
+    # the serving path at the engine level (`adapters.serving_level`): per kept token its logprob, text,
+    # finish reason, usage and step events
+    Method("complete", ("requests",), ("serving",)),
+    Method("counters", ()),                                   # optional beside "serving": preemption counts
 )
 
 
@@ -226,6 +240,9 @@ def check_adapter(adapter, what: str) -> None:
             if not callable(getattr(adapter, m, None)):
                 raise AdapterError(f"{what}: declares capability {cap!r} but has no {m} method")
     check_models(adapter, what, caps)
+    if "serving" in caps:
+        from .serving_level import check_features
+        check_features(adapter, what)
     check_processors(adapter, what, caps)
     check_draft_schedule(adapter, what)
     check_acceptance_knobs(adapter, what, caps)

@@ -15,11 +15,13 @@ from specverify.errors import InputError
 ENGINES = {
     "reference": ("specverify.adapters.reference:ReferenceEngine", "the exact float64 reference rules (must pass)"),
     "specverify": ("specverify.adapters.specverify_engine:SpecverifyEngine", "our speculative engine: toy-model laws at engine level + greedy bitwise on SmolLM2-135M"),
+    "specverify-serving": ("specverify.adapters.specverify_serving:make", "our engine and batcher in process at the serving path's engine level (tiny:4,7, draft, kappa 3, a KV budget that preempts): logprobs, stop, length, stream, seeds, prefix cache, preemption rows"),
     "specverify-sliding": ("specverify.adapters.specverify_sliding:make", "our engine on a tiny sliding-window model (W = 8, ring-buffer KV cache): greedy bitwise, verify width and rollback rows"),
     "kernels": ("specverify.adapters.kernels:KernelsEngine", "our Triton sampler kernels (GPU, or the Triton interpreter on a CPU: small defaults)"),
     "transformers": ("specverify.adapters.hf_transformers:make", "transformers' _speculative_sampling, injected coins (pip install 'specverify[transformers]')"),
     "transformers-assisted": ("specverify.adapters.hf_engine:make", "transformers assisted generation (engine level) on the toy models as transformers LMs"),
     "transformers-lookup": ("specverify.adapters.hf_engine:lookup", "transformers prompt-lookup decoding (engine level) on the toy models"),
+    "transformers-serving": ("specverify.adapters.hf_serving:make", "transformers assisted generation at the serving engine level (tiny:4,7): output_logits logprobs, streamer deltas, seeded runs"),
     "transformers-assisted-llama": ("specverify.adapters.hf_engine:llama", "transformers assisted generation on tiny random Llamas (real KV caches; laws from their float64 forward)"),
     "transformers-lookup-llama": ("specverify.adapters.hf_engine:lookup_llama", "transformers prompt lookup on tiny random Llamas"),
     "transformers-bitwise": ("specverify.adapters.hf_bitwise:smollm2", "transformers greedy: assisted (self and truncated assistant) and prompt lookup vs plain, bitwise, on SmolLM2-135M from the GGUF"),

@@ -18,8 +18,8 @@ from specverify.battery.base import OUTPUT_LAW, RULE_LAW
 from specverify.battery.deviations import NOT_BITWISE, RANKS_DISAGREE
 
 from . import (acceptance, acceptance_invariance, bitwise, composition, endpoints, engine_acceptance, far_tail, greedy,
-               hostile, identity, joint, large_vocab, marginal, processors, rank_agreement, rare_event, reproducibility,
-               rng_discipline, runs, server, serving, transforms)
+               engine_serving, hostile, identity, joint, large_vocab, marginal, processors, rank_agreement, rare_event,
+               reproducibility, rng_discipline, runs, server, serving, transforms)
 
 # what a check draws (Check.kind)
 ONE_STEP = "one-step"               # statistical rows of one verify step, on the shared one-step samples
@@ -99,6 +99,8 @@ TABLE = (
     Check("far_tail", REAL_VOCAB, "6400 draws x large_scale; --samples unused", far_tail.run, "ftail", law=OUTPUT_LAW, heavy=2),
     Check("rare_event", EXACT, "draws_for_rate(--rare-rate, --alpha) draws per level, in shards; --samples unused", rare_event.run, "rare", law=OUTPUT_LAW, heavy=4),
     Check("hostile", EXACT, "exact rows on fixed hostile rows; --samples unused", hostile.run, "hostil", law=OUTPUT_LAW),
+    Check("engine_serving", EXACT, "fixed prompts, runs and offsets (about 500 requests); --samples unused",
+          engine_serving.run, "eserve", law=OUTPUT_LAW),
     Check("server", SERVER, "samples // 20 runs per law row and per arm of spec_vs_plain (at least 500); fixed "
           "prompts and tokens for greedy_bitwise and needle", server.run, "server", law=OUTPUT_LAW),
     Check("serving", SERVER, "fixed prompts, runs and offsets (about 500 requests); --samples unused", serving.run,

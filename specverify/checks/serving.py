@@ -49,11 +49,16 @@ a row that needs what the server lacks is a SKIP listed under not covered.
 
     server.preemption
                       PREEMPT_PROMPTS prompts x {greedy, seeded T=1} runs of RUN_TOKENS tokens, each sent
-                      alone (one at a time), then all at once; the server's preemption counter (GET /metrics,
-                      a sample named *num_preemptions_total: ours, vLLM's) read before and after the
-                      concurrent wave must have grown -- every request of that wave is compared, so a
-                      preemption hit a compared request -- else a SKIP (a stress that did not happen is not
-                      a pass: start our server with a small --kv-budget). Then each request's ids, text,
+                      alone (one at a time), then in two waves (greedy, seeded: one seed), each wave ONE
+                      completions request with the prompts as a list (`_wave`: admitted together, so which
+                      request is preempted at which step does not depend on arrival times); the server's
+                      preemption counter (GET /metrics, a sample named *num_preemptions_total: ours, vLLM's)
+                      read before and after the waves must have grown -- every request of a wave is
+                      compared, so a preemption hit a compared request -- else a SKIP (a stress that did not
+                      happen is not a pass: start our server with a small --kv-budget); where the server
+                      counts preemptions while decoding (*num_decode_preemptions_total: ours) that one must
+                      have grown too, else a SKIP (a stale draft state is only read by a request resumed
+                      mid-decode); a server without it is said so in the detail. Then each request's ids, text,
                       finish_reason and logprobs at once == alone: logprob bytes on a toy model (float64
                       rows), within LOGPROB_ATOL otherwise (a recompute row is a prefill row). Exact.
                       Catches a request resumed with stale draft state or KV (vLLM #52071, PRs #40768,
@@ -96,8 +101,10 @@ CACHE_PROBES = 3
 CACHE_PROMPT_TOKENS = 20   # more than a block of 16 (our server's and vLLM's default) is cached
 CACHE_SHARED_TOKENS = 17   # the shared-prefix prompts share this many leading tokens
 CACHE_TOKENS = 6           # within a tiny:V model's context (30 tokens at V = 4)
-PREEMPT_PROMPTS = 6        # x greedy/seeded: 12 requests at once (our toy server at --kv-budget 48 fits 3)
+PREEMPT_PROMPTS = 6        # a wave: one request with 6 prompts (our toy server at --kv-budget 96 fits 6 prompts but
+                           # not their growth: the latest admitted is preempted while decoding)
 PREEMPTIONS_METRIC = "num_preemptions_total"
+DECODE_PREEMPTIONS_METRIC = "num_decode_preemptions_total"    # ours: preempted after its first output token
 SEED_BASE = 7000           # the rows' request seeds: SEED_BASE + run index (fixed: the audit is reproducible)
 
 
@@ -123,6 +130,13 @@ def _toy(engine):
     from specverify.server.models import parse_tiny, tiny_models
     tiny = parse_tiny(engine.client.model)
     return None if tiny is None else (tiny[0], tiny_models(*tiny)[0])
+
+
+def _float64_rows(engine) -> bool:
+    """Whether a toy model's logprobs come from its float64 rows (compared bit for bit): a server's always;
+    an engine-level adapter's unless it says its engine casts them (`serving_float64_logprobs = False`:
+    transformers' generate keeps float32 logits; compared within LOGPROB_ATOL)."""
+    return bool(getattr(engine, "float64_logprobs", True))
 
 
 def _top_n(engine) -> int:
@@ -198,7 +212,7 @@ def logprobs_row(engine, ctx) -> CheckResult:
     if not s["token_ids"] or not s["token_id_prompts"]:
         return skip(name, "needs token-id prompts and returned token ids (to teacher-force each prefix)")
     toy = _toy(engine)
-    exact = toy is not None
+    exact = toy is not None and _float64_rows(engine)
     top = _top_n(engine)
     as_ids = _ids_as_names(engine)
     extra = {"extra": as_ids} if as_ids else {}
@@ -221,7 +235,7 @@ def logprobs_row(engine, ctx) -> CheckResult:
             want_top = forced.top[0] if forced.top else {}
             if toy is not None:          # the toy's own row: the definition itself
                 own = ref.log_softmax(toy[1].logits(_full(r["prompt"], c.ids[:j])))[tok]
-                if not _same_value(c.logprobs[j], own, True):
+                if not _same_value(c.logprobs[j], own, exact):
                     return _fail(name, f"run {k} ({kind}), position {j}: returned logprob {c.logprobs[j]!r} of token "
                                        f"{tok}, the target's log-softmax at that prefix {float(own)!r}", len(runs), t,
                                  run=k, position=j, returned=c.logprobs[j], expected=float(own))
@@ -302,7 +316,7 @@ def stop_row(engine, ctx) -> CheckResult:
     greedy = not s["seed"]
     in_flight = 1 if greedy else IN_FLIGHT
     lp = 1 if s["logprobs"] else None
-    exact = engine.vocab is not None
+    exact = engine.vocab is not None and _float64_rows(engine)
     prompts = _prompts(engine, STOP_RUNS, "stop", ctx)
     with Timer() as t:
         base = [dict(prompt=p, max_tokens=RUN_TOKENS, temperature=0.0, logprobs=lp) if greedy else
@@ -394,10 +408,20 @@ def length_row(engine, ctx) -> CheckResult:
         if u["prompt_tokens"] != len(r["prompt"]) or u["total_tokens"] != u["prompt_tokens"] + u["completion_tokens"]:
             return _fail(name, f"{what}: usage {u} for a prompt of {len(r['prompt'])} tokens", len(reqs), t,
                          request=what, usage=u)
-    if no_usage == len(reqs):
-        return skip(name, "the server returns no usage block")
+    if no_usage == len(reqs):           # the caps were checked; usage is listed apart (`usage_row`)
+        return _pass(name, f"{len(reqs)} requests: len(ids) <= max_tokens and finish_reason right (no usage "
+                           "block: usage not checked)", len(reqs), t, usage_checked=False)
     return _pass(name, f"{len(reqs)} requests: len(ids) <= max_tokens, finish_reason and usage right"
-                       + (f" ({no_usage} without usage)" if no_usage else ""), len(reqs), t)
+                       + (f" ({no_usage} without usage)" if no_usage else ""), len(reqs), t, usage_checked=True)
+
+
+def usage_rows(length: CheckResult) -> list:
+    """[] when the length row checked usage (or did not run); else a SKIP listed under not covered: a
+    server (or engine) that returns no usage block had its caps checked, its usage not."""
+    if length.verdict == SKIP or length.data.get("usage_checked", True):
+        return []
+    return [skip("server.length.usage", "the server returns no usage block: usage.completion_tokens == "
+                                        "len(ids) not checked")]
 
 
 # ------------------------------------------------------------------------------ stream
@@ -423,7 +447,7 @@ def stream_row(engine, ctx) -> CheckResult:
                     reqs.append({**r, "stop": [stop]})
         plain_all = engine.client.many(reqs, IN_FLIGHT)
         streamed = engine.client.many([{**r, "stream": True} for r in reqs], IN_FLIGHT)
-    exact = engine.vocab is not None
+    exact = engine.vocab is not None and _float64_rows(engine)
     detok = _decoder(engine)
     for i, (r, a, b) in enumerate(zip(reqs, plain_all, streamed)):
         a, b, ua, ub = a.choices[0], b.choices[0], a.usage, b.usage
@@ -595,34 +619,61 @@ def _hex(values):
 
 # ------------------------------------------------------------------------------ preemption
 
+def _wave(engine, reqs) -> list:
+    """The requests of one kind (same temperature, seed, logprobs) as ONE completions request with a list
+    of prompts: a server that queues a request's prompts together (ours: `Batcher.submit` takes them at
+    once) admits them in one step, so which request is preempted at which step does not depend on arrival
+    times. A server that refuses prompt lists gets them concurrently. One choice per request, in order."""
+    from specverify.server.client import Unsupported
+    first = reqs[0]
+    try:
+        return list(engine.client.complete([r["prompt"] for r in reqs], max_tokens=first["max_tokens"],
+                                           temperature=first["temperature"], seed=first.get("seed"),
+                                           logprobs=first["logprobs"]))
+    except Unsupported:
+        return [g[0] for g in engine.client.many(reqs, len(reqs))]
+
+
 def preemption_row(engine, ctx) -> CheckResult:
     """Module docstring, server.preemption."""
     s = engine.support
-    name = f"server.preemption[{PREEMPT_PROMPTS} prompts x greedy/seeded: alone vs all at once]"
+    kinds = "greedy/seeded" if s["seed"] else "greedy"
+    name = f"server.preemption[{PREEMPT_PROMPTS} prompts x {kinds}: alone vs a wave of {PREEMPT_PROMPTS} at once]"
     before = engine.client.counter(PREEMPTIONS_METRIC)
     if before is None:
         return skip(name, f"the server exposes no preemption counter (GET /metrics, a *{PREEMPTIONS_METRIC} "
                           "sample): whether the traffic preempted anything is unknown")
     lp = 1 if s["logprobs"] else None
-    exact = _toy(engine) is not None
+    exact = _toy(engine) is not None and _float64_rows(engine)
     prompts = _prompts(engine, PREEMPT_PROMPTS, "preemption", ctx)
-    reqs = []
-    for i, p in enumerate(prompts):
-        reqs.append(dict(prompt=p, max_tokens=RUN_TOKENS, temperature=0.0, logprobs=lp))
-        if s["seed"]:
-            reqs.append(dict(prompt=p, max_tokens=RUN_TOKENS, temperature=1.0, seed=SEED_BASE + 500 + i, logprobs=lp))
+    waves = [[dict(prompt=p, max_tokens=RUN_TOKENS, temperature=0.0, logprobs=lp) for p in prompts]]
+    if s["seed"]:              # one seed for the wave (a list of prompts shares the request's seed)
+        waves.append([dict(prompt=p, max_tokens=RUN_TOKENS, temperature=1.0, seed=SEED_BASE + 500, logprobs=lp)
+                      for p in prompts])
+    reqs = [r for w in waves for r in w]
     with Timer() as t:
         alone = [engine.client.many([r], 1)[0][0] for r in reqs]
         mid = engine.client.counter(PREEMPTIONS_METRIC)
-        crowd = [g[0] for g in engine.client.many(reqs, len(reqs))]
+        mid_decode = engine.client.counter(DECODE_PREEMPTIONS_METRIC)
+        crowd = [c for w in waves for c in _wave(engine, w)]
         after = engine.client.counter(PREEMPTIONS_METRIC)
+        after_decode = engine.client.counter(DECODE_PREEMPTIONS_METRIC)
     preempted = (after or 0.0) - (mid or 0.0)
-    counts = dict(preemptions_alone=(mid or 0.0) - before, preemptions_at_once=preempted)
+    decode = None if mid_decode is None or after_decode is None else after_decode - mid_decode
+    counts = dict(preemptions_alone=(mid or 0.0) - before, preemptions_at_once=preempted,
+                  decode_preemptions_at_once=decode)
     if preempted <= 0:
         return CheckResult(name, SKIP, n=len(reqs), seconds=t.seconds,
-                           detail=f"no preemption during the {len(reqs)} concurrent requests (the counter stayed at "
-                                  f"{after:g}): the KV budget was not tight enough (our server: specverify serve "
-                                  "--kv-budget N); nothing was tested", data={"not_covered": True, **counts})
+                           detail=f"no preemption during the waves of {PREEMPT_PROMPTS} requests at once (the counter "
+                                  f"stayed at {after:g}): the KV budget was not tight enough (our server: specverify "
+                                  "serve --kv-budget N); nothing was tested", data={"not_covered": True, **counts})
+    if decode is not None and decode <= 0:
+        return CheckResult(name, SKIP, n=len(reqs), seconds=t.seconds,
+                           detail=f"{preempted:g} preemptions in the waves, none of a request while decoding (the "
+                                  f"*{DECODE_PREEMPTIONS_METRIC} counter stayed at {after_decode:g}): a resume with "
+                                  "stale draft state was not exercised", data={"not_covered": True, **counts})
+    where = (f"{decode:g} of them while decoding" if decode is not None
+             else f"the server does not say which while decoding (no *{DECODE_PREEMPTIONS_METRIC} sample)")
     for i, (r, a, b) in enumerate(zip(reqs, alone, crowd)):
         kind = "greedy" if r["temperature"] == 0 else f"seed {r['seed']}"
         problems = []
@@ -637,11 +688,11 @@ def preemption_row(engine, ctx) -> CheckResult:
                                                             for x, y in zip(a.logprobs, b.logprobs))):
             problems.append(f"logprobs differ from alone (not {_tol_words(exact)})")
         if problems:
-            return _fail(name, f"request {i} ({kind}) among {len(reqs)} at once ({preempted:g} preemptions): "
-                               + "; ".join(problems), len(reqs), t, request=i, **counts)
-    return _pass(name, f"{len(reqs)} requests at once, {preempted:g} preemptions: ids, text, finish_reason"
-                       + (f" and logprobs ({_tol_words(exact)})" if lp else "") + " equal to each alone",
-                 len(reqs), t, **counts)
+            return _fail(name, f"request {i} ({kind}) in a wave of {PREEMPT_PROMPTS} at once ({preempted:g} "
+                               f"preemptions, {where}): " + "; ".join(problems), len(reqs), t, request=i, **counts)
+    return _pass(name, f"{len(waves)} waves of {PREEMPT_PROMPTS} requests at once, {preempted:g} preemptions ({where}): "
+                       "ids, text, finish_reason" + (f" and logprobs ({_tol_words(exact)})" if lp else "")
+                 + " equal to each alone", len(reqs), t, **counts)
 
 
 # ------------------------------------------------------------------------------ the check
@@ -650,7 +701,8 @@ def run(engine, ctx) -> list[CheckResult]:
     if getattr(engine, "client", None) is None or "server" not in getattr(engine, "capabilities", ()):
         return [skip("serving", "not a server: audit an OpenAI-compatible URL (specverify audit http://HOST:PORT/v1)")]
     support = engine.client.probe()
-    rows = [logprobs_row(engine, ctx), stop_row(engine, ctx), length_row(engine, ctx), stream_row(engine, ctx)]
+    length = length_row(engine, ctx)
+    rows = [logprobs_row(engine, ctx), stop_row(engine, ctx), length, *usage_rows(length), stream_row(engine, ctx)]
     rows += seeds_rows(engine, ctx)
     rows.append(prefix_cache_row(engine, ctx))
     rows.append(preemption_row(engine, ctx))

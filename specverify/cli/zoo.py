@@ -83,6 +83,8 @@ def run(args) -> int:
         print(text.splitlines()[-1], file=sys.stderr if args.json == "-" else sys.stdout)
     elif args.json != "-":
         print(text)
-    if "reference" not in names:
-        return 0 if not zoo.missed() else 1
+    if "reference" not in names:          # a subset without the samplers' reference: the engines it has judged
+        from specverify.zoo.run import REFERENCES
+        flagged = [e for e in names if e in REFERENCES and zoo.verdicts.get(e) != "pass"]
+        return 0 if not zoo.missed() and not flagged else 1
     return 0 if zoo.ok else 1

@@ -250,7 +250,9 @@ class Engine:
 
     def _preempt(self, req) -> None:
         """Take back `req`'s KV (and its proposer state); it is recomputed from its tokens on re-admission."""
-        req.resume_decode = req.resume_decode or (len(req.tokens) - req.num_fed <= 1 and len(req.output) > 0)
+        decoding = len(req.tokens) - req.num_fed <= 1 and len(req.output) > 0
+        req.resume_decode = req.resume_decode or decoding
+        self.metrics.num_decode_preemptions += int(decoding)
         self.scheduler.preempt(req)
         if self.proposer is not None:
             self.proposer.release(req)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 class SpecMetrics:
     num_steps: int = 0               # target launches
     num_preemptions: int = 0         # running requests whose KV was taken back (recomputed later)
+    num_decode_preemptions: int = 0  # of those, requests preempted while decoding (>= 1 output token)
     num_request_steps: int = 0       # sum over launches of the requests in them
     num_emitted: int = 0             # tokens kept (after EOS / stop / max_tokens truncation)
     num_verifies: int = 0            # request-steps with >= 1 draft

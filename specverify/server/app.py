@@ -18,7 +18,7 @@ from specverify import __version__
 from specverify.errors import InputError
 
 from . import wire
-from .batching import Batcher, Job, choice_seed
+from .batching import Batcher, Job, choice_seed, stream_delta
 from .config import ServeConfig
 from .models import ServedModel, check_context
 from .variants import VARIANTS
@@ -236,7 +236,8 @@ def build_app(model: ServedModel, config: ServeConfig):
                 body["prompt_token_ids"] = prompts
             return body
 
-        hold = max((len(s) for s in req.stops()), default=1) - 1
+        def decode(ids):
+            return tok.decode(ids, skip_special=True)
 
         async def events():
             left = len(choices)
@@ -248,14 +249,7 @@ def build_app(model: ServedModel, config: ServeConfig):
                 if ev[0] == "tokens":
                     new, ent = ev[1], ev[2]
                     c.tokens += new
-                    text = tok.decode(c.tokens, skip_special=True)
-                    safe = len(text) - hold
-                    hits = [text.find(x) for x in req.stops() if x and x in text]
-                    if hits:                  # the engine stopped at this string: nothing from it on is sent
-                        safe = min(safe, min(hits))
-                    while safe > len(c.sent) and text[safe - 1] == "\ufffd":      # an unfinished UTF-8 sequence
-                        safe -= 1
-                    delta = text[len(c.sent):safe] if safe > len(c.sent) else ""
+                    delta = stream_delta(decode, c.tokens, c.sent, req.stops())
                     c.sent += delta
                     yield wire.sse(wire.envelope(cid, model.name, [choice_body(c, new, ent, delta, None)]))
                 else:

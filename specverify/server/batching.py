@@ -37,6 +37,22 @@ from specverify.errors import InputError
 STOP_TIMEOUT_S = 5.0          # how long `stop` waits for the engine thread to end
 
 
+def stream_delta(decode, tokens: list, sent: str, stops: tuple) -> str:
+    """The text a stream may send after `sent` once a choice holds `tokens`: the decoded text, less the
+    last len(longest stop) - 1 characters (a stop string may still complete there), cut before a stop
+    string found in it (the engine stopped there: nothing from it on is sent) and before an unfinished
+    UTF-8 sequence ("\ufffd"). "" when nothing new is safe to send."""
+    text = decode(tokens)
+    hold = max((len(x) for x in stops), default=1) - 1
+    safe = len(text) - hold
+    hits = [text.find(x) for x in stops if x and x in text]
+    if hits:
+        safe = min(safe, min(hits))
+    while safe > len(sent) and text[safe - 1] == "\ufffd":
+        safe -= 1
+    return text[len(sent):safe] if safe > len(sent) else ""
+
+
 @dataclass(eq=False)
 class Job:
     """One completion choice in the engine: `deliver(event)` is called from the engine thread with
@@ -111,12 +127,29 @@ class Batcher:
     def counters(self) -> list:
         """[(name, value, help)] of the /metrics endpoint, summed over every engine this server built."""
         m = self.engine.metrics
-        now = {"num_preemptions_total": m.num_preemptions, "num_steps_total": m.num_steps,
-               "num_emitted_tokens_total": m.num_emitted}
+        now = {"num_preemptions_total": m.num_preemptions, "num_decode_preemptions_total": m.num_decode_preemptions,
+               "num_steps_total": m.num_steps, "num_emitted_tokens_total": m.num_emitted}
         helps = {"num_preemptions_total": "running requests whose KV was taken back and later recomputed",
+                 "num_decode_preemptions_total": "of those, requests preempted while decoding (after their "
+                                                 "first output token, its KV fed)",
                  "num_steps_total": "engine steps (target launches)",
                  "num_emitted_tokens_total": "tokens kept"}
         return [(k, now[k] + self.earlier.get(k, 0), helps[k]) for k in now]
+
+    def drain(self, jobs: list) -> None:
+        """Run `jobs` to the end on the caller's thread, for in-process use (the engine-level `serving`
+        adapter, `adapters/specverify_serving.py`; the engine thread must not be started): they are admitted
+        together, as one request's choices are, and the engine steps until every one has its "done" (or
+        "error") event. A step that raises propagates (the caller's adapter error)."""
+        if self.thread.is_alive():
+            raise RuntimeError("Batcher.drain: the engine thread is running; submit() to it instead")
+        self.submit(jobs)
+        new, self.pending = self.pending, []
+        self._admit(new)
+        while any(job.rid in self.jobs for job in new):
+            events = self.engine.step()
+            self.steps += 1
+            self._dispatch(events)
 
     # -- the engine thread ---------------------------------------------------------------------------
     def _record(self, rid, index, row) -> None:

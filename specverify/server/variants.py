@@ -9,8 +9,9 @@ correct server must pass and of a broken one must fail). Never use a broken vari
                        accepted drafts then come out too often -- the output law is biased whenever the
                        draft disagrees with the target
 
-The serving-path variants (../shared/BUGCLASSES.md, "The serving path"; zoo numbers 45-50, run by
-tests/test_serving.py against the rows of `checks/serving.py`, not by `specverify zoo`):
+The serving-path variants (../shared/BUGCLASSES.md, "The serving path"; zoo numbers 45-51: run as servers
+by tests/test_serving.py against the rows of `checks/serving.py`, and in process by `specverify zoo` as
+`mutant:<name>` at the serving engine level, `zoo/serving.py`):
 
     stop-per-step          stop strings matched once a step, not per token: the text is cut at the
                            match, the ids (and logprobs) past it in the step are kept      -> server.stop

@@ -17,6 +17,8 @@ engine bug it models and where that bug was seen. The audit must fail every one 
                   rows are transformed); these declare only the "engine" capability
     processors    the sampling state around an exact sampler (penalties, min_tokens, min_p, grammar,
                   stop tokens under speculation); "engine" capability with every processor declared
+    serving       our engine with a bug after its sampler (stop strings, the cap, usage, logprobs,
+                  streams, seeds, preemption): "serving" capability, the server variants in process
 
 Each mutant registers itself where it is defined (`registry.mutant`: its number, name and targets),
 so adding one is one class in one module. Beside them: `lossy` (known-biased rules as engines,
@@ -35,6 +37,7 @@ from . import acceptance, endpoints, engine_loop, greedy, processors, ranks, res
 from . import precision, tiles  # noqa: F401 (they register: the draw at real vocabulary sizes)
 from . import state  # noqa: F401 (they register: our engine's ring buffer and recurrent state, bitwise level)
 from . import drafter  # noqa: F401 (it registers: our engine's drafter out of sync)
+from . import serving  # noqa: F401 (they register: the serving path at the engine level, 45-51)
 from .registry import CATALOGUE
 
 _ORDER = sorted(CATALOGUE, key=lambda name: CATALOGUE[name].number)

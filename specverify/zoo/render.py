@@ -17,6 +17,8 @@ from specverify.errors import InputError
 from specverify.render.analysis import ZOO_SYMBOLS
 from specverify.verdicts import FAIL, PASS
 
+from .run import REFERENCES
+
 # column heads: check -> its short name (`specverify.checks.TABLE`)
 SHORT = {c.name: c.short for c in TABLE}
 CELL = 6                                                   # width of a matrix column
@@ -28,8 +30,11 @@ def _matrix_line(name: str, width: int, cells) -> str:
     return name.ljust(width) + "  " + " ".join(cell.rjust(CELL) for cell in cells)
 
 
-def _summary(ok: bool, reference: str, n_mutants: int, missed: list) -> str:
-    return (f"zoo: {'OK' if ok else 'FAILED'} -- reference {reference.upper()}, "
+def _summary(ok: bool, references: dict, n_mutants: int, missed: list) -> str:
+    """The zoo's last line; `references`: {exact engine: its verdict} ("reference" always named)."""
+    refs = {"reference": "?", **references}
+    said = ", ".join(f"{e} {v.upper()}" for e, v in refs.items())
+    return (f"zoo: {'OK' if ok else 'FAILED'} -- {said}, "
             f"{n_mutants - len(missed)}/{n_mutants} mutants caught"
             + (f" (missed: {', '.join(missed)})" if missed else ""))
 
@@ -46,7 +51,8 @@ def table(zoo) -> str:
     for e, err in zoo.errors.items():
         lines.append(f"  {e}: error: {err}")
     lines.append("")
-    lines.append(_summary(zoo.ok, zoo.verdicts.get("reference", "?"), len(zoo.engines) - 1, zoo.missed())
+    refs = {e: zoo.verdicts[e] for e in zoo.engines if e in REFERENCES}
+    lines.append(_summary(zoo.ok, refs, len(zoo.engines) - len(refs), zoo.missed())
                  + f", {zoo.wall_seconds:.1f} s wall, {sum(zoo.cpu_seconds.values()):.1f} s CPU in the audits")
     return "\n".join(lines)
 
@@ -74,7 +80,8 @@ def readme_block(result: dict) -> str:
     for e, (row, verdict) in engines.items():
         lines.append(_matrix_line(e, width, [row[c] for c in kept]) + "  " + verdict.upper())
     verdicts = {e: verdict for e, (_, verdict) in engines.items()}
-    missed = [e for e, verdict in verdicts.items() if e != "reference" and verdict != FAIL]
-    reference = verdicts.get("reference", "?")
-    lines += ["", _summary(reference == PASS and not missed, reference, len(engines) - 1, missed), "```"]
+    missed = [e for e, verdict in verdicts.items() if e not in REFERENCES and verdict != FAIL]
+    refs = {e: v for e, v in verdicts.items() if e in REFERENCES}
+    ok = "reference" in refs and all(v == PASS for v in refs.values()) and not missed
+    lines += ["", _summary(ok, refs, len(engines) - len(refs), missed), "```"]
     return "\n".join(lines) + "\n"

@@ -1,6 +1,8 @@
 """The bug zoo as a whole: audit the reference and every mutant, and tabulate which check catches which.
 
-`run_zoo(...)` audits "reference" and each `mutant:<name>` (`specverify.zoo.MUTANTS`) with the same
+`run_zoo(...)` audits the exact engines (REFERENCES: "reference", the exact samplers, and
+"specverify-serving", our engine at the serving level, the exact twin of mutants 45-51) and each
+`mutant:<name>` (`specverify.zoo.MUTANTS`) with the same
 settings, in `jobs` worker processes (one audit per task, its adapter in that process; numba limited to
 one thread per worker so that two workers share two cores), and returns a `ZooResult`:
 
@@ -11,7 +13,7 @@ one thread per worker so that two workers share two cores), and returns a `ZooRe
     seconds, cpu_seconds    wall and CPU seconds of each audit
     catch_seconds[engine]   seconds the fastest catching check needs on its own
 
-`ok` is True iff the reference passes and every mutant is caught.
+`ok` is True iff every reference passes and every mutant is caught.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from dataclasses import dataclass, field
 from ..audit import ADAPTER_CHECKS as BATTERY      # the zoo audits adapters: no server rows
 from ..settings import DEFAULTS
 from ..verdicts import ERROR, FAIL, PASS, SKIP
+
+REFERENCES = ("reference", "specverify-serving")    # the exact engines: each must pass (no correct one flagged)
 
 
 @dataclass
@@ -42,12 +46,12 @@ class ZooResult:
 
     @property
     def ok(self) -> bool:
-        if self.verdicts.get("reference") != PASS:
+        if any(self.verdicts.get(e) != PASS for e in self.engines if e in REFERENCES) or "reference" not in self.engines:
             return False
-        return all(self.verdicts.get(e) == FAIL for e in self.engines if e != "reference")
+        return all(self.verdicts.get(e) == FAIL for e in self.engines if e not in REFERENCES)
 
     def missed(self) -> list:
-        return [e for e in self.engines if e != "reference" and self.verdicts.get(e) != FAIL]
+        return [e for e in self.engines if e not in REFERENCES and self.verdicts.get(e) != FAIL]
 
     def to_dict(self) -> dict:
         return {
@@ -84,7 +88,7 @@ def audit_one(name: str, settings: dict) -> dict:
         # far_tail catches is the exception: it draws thousands of 262,144-wide rows, which an adapter
         # process reads from shared buffers while an in-process call copies and compares each 64 MB batch
         from ..checks import BY_NAME
-        isolated = name != "reference" and _expected_cost(name) >= BY_NAME["far_tail"].heavy
+        isolated = name not in REFERENCES and _expected_cost(name) >= BY_NAME["far_tail"].heavy
         result = prepare(name, settings, isolated=isolated).run()
         out = {"name": name, "audit": _slim(result.to_dict())}
     except (AdapterError, InputError) as exc:
@@ -94,6 +98,13 @@ def audit_one(name: str, settings: dict) -> dict:
 
 def _worker_init():
     os.environ["NUMBA_NUM_THREADS"] = "1"
+    # numba read the core count when this worker imported it (unpickling this function imports the audit):
+    # read the setting again now, before any parallel region starts its threads -- else the first region
+    # of a worker whose first audit compiles nothing starts them with the core count, and the next
+    # compile's re-read (1) stops every later audit there with "Cannot set NUMBA_NUM_THREADS to a
+    # different value once the threads have been launched" (seen: mutants 38-41 as E under load 20)
+    from numba.core import config
+    config.reload_config()
     # every worker audits our adapters, the rank mutants' rank_agreement among them: its fork server
     # (a torch import) starts now, beside the worker's first audit, rather than inside one audit's time
     from ..checks.rank_agreement import rank_calls
@@ -115,7 +126,7 @@ def _expected_cost(name: str) -> int:
 
 def engine_names() -> list:
     from . import MUTANTS
-    return ["reference"] + [f"mutant:{m}" for m in MUTANTS]
+    return list(REFERENCES) + [f"mutant:{m}" for m in MUTANTS]
 
 
 def run_zoo(names=None, *, seed: int = DEFAULTS.seed, samples: int = DEFAULTS.samples, alpha: float = DEFAULTS.alpha,
