@@ -15,6 +15,13 @@ must declare it):
     TOKENS_LEFT  every step, the first included, drafts min(kappa, length - emitted - 1) (transformers'
              assisted generation: the target verifies the first drafts with the prompt, no plain prefill;
              `AssistedCandidateGenerator._calculate_new_tokens`)
+    TO_LENGTH    every step, the first included, drafts min(kappa, length - emitted): a last step may draft
+             every token left, and then has no bonus when all are accepted (MLX-LM's
+             `speculative_generate_step`: num_draft = min(max_tokens - ntoks, num_draft_tokens))
+
+The verify rule (`rule`): "chain" (`laws.EXACT`, accept x with min(1, p(x)/q(x))) or "sample-match"
+(`laws.MATCH`: the target samples each position, a draft is kept while it equals the sample; accept x
+with p(x)). Both are exact in law; their acceptance differs. Temperature 0 is `laws.GREEDY` for both.
 
 The law of one run is the law of its **trace**, the tuple of (k, m) of its verify steps in order,
 by recursion over the prefix tree: P(trace) = sum over the emitted sequences that give it of the
@@ -44,13 +51,18 @@ import numpy as np
 
 from specverify.errors import InputError
 
-from .laws import EXACT, GREEDY, Transformed, chunk_law
+from .laws import EXACT, GREEDY, MATCH, Transformed, chunk_law
 from .transforms import Transform
 
 FIXED = "fixed"
 CAPPED = "capped"
 TOKENS_LEFT = "tokens-left"
-SCHEDULES = (FIXED, CAPPED, TOKENS_LEFT)
+TO_LENGTH = "to-length"
+SCHEDULES = (FIXED, CAPPED, TOKENS_LEFT, TO_LENGTH)
+
+CHAIN = "chain"
+SAMPLE_MATCH = "sample-match"
+RULES = {CHAIN: EXACT, SAMPLE_MATCH: MATCH}
 
 C_DRAFT = 0.165
 """The draft's cost per token over the target's the speed-up is stated at when none is given: the seed's
@@ -63,10 +75,18 @@ def check_schedule(schedule) -> str:
     return schedule
 
 
+def check_rule(rule) -> str:
+    if rule not in RULES:
+        raise InputError(f"verify rule {rule!r}: must be one of {', '.join(RULES)}")
+    return rule
+
+
 def drafts_at(schedule: str, kappa: int, emitted: int, length: int) -> int:
     """Drafts of the step that starts after `emitted` tokens of a run of `length` (0: a plain step)."""
     if schedule == FIXED:
         return kappa
+    if schedule == TO_LENGTH:
+        return max(0, min(kappa, length - emitted))
     if emitted == 0 and schedule == CAPPED:
         return 0                                    # the prefill emits the first token
     return max(0, min(kappa, length - emitted - 1))
@@ -87,6 +107,7 @@ class RunAcceptanceLaw:
     kappa: int
     length: int
     schedule: str
+    rule: str = CHAIN
 
     def index(self) -> dict:
         return {t: j for j, t in enumerate(self.traces)}
@@ -165,16 +186,18 @@ class RunAcceptanceLaw:
 
 
 def run_acceptance_law(target, draft, prompt=(), kappa: int = 2, length: int = 4,
-                       transform: Transform | None = None, schedule: str = FIXED) -> RunAcceptanceLaw:
+                       transform: Transform | None = None, schedule: str = FIXED,
+                       verify_rule: str = CHAIN) -> RunAcceptanceLaw:
     """The exact trace law of runs of `length` tokens after `prompt` (see the module docstring)."""
     check_schedule(schedule)
+    check_rule(verify_rule)
     if kappa < 1 or length < 1:
         raise InputError("the acceptance law needs kappa >= 1 and length >= 1")
     if draft.vocab_size != target.vocab_size:
         raise InputError(f"draft vocabulary {draft.vocab_size} != target vocabulary {target.vocab_size}")
     transform = transform or Transform()
     greedy = transform.greedy
-    rule = GREEDY if greedy else EXACT
+    rule = GREEDY if greedy else RULES[verify_rule]
     t_model, d_model = Transformed(target, transform), Transformed(draft, transform)
     prompt = tuple(int(x) for x in prompt)
     memo: dict = {}
@@ -210,7 +233,8 @@ def run_acceptance_law(target, draft, prompt=(), kappa: int = 2, length: int = 4
 
     law = rec(prompt)
     traces = tuple(sorted(law))
-    return RunAcceptanceLaw(traces, np.array([law[t] for t in traces], np.float64), int(kappa), int(length), schedule)
+    return RunAcceptanceLaw(traces, np.array([law[t] for t in traces], np.float64), int(kappa), int(length), schedule,
+                            verify_rule)
 
 
 # ----------------------------------------------------------------------------- drafters without a model

@@ -65,13 +65,15 @@ def runs_of(ctx) -> int:
     return max(MIN_RUNS, int(ctx.samples) // RUNS_DIVISOR)
 
 
-def exact_law(target, draft, transform: Transform, schedule: str, ctx=None) -> law_mod.RunAcceptanceLaw:
+def exact_law(target, draft, transform: Transform, schedule: str, ctx=None,
+              rule: str = law_mod.CHAIN) -> law_mod.RunAcceptanceLaw:
     """The exact trace law of the battery's runs (memoised in the audit's state when `ctx` is given)."""
     def build():
-        return law_mod.run_acceptance_law(target, draft, SETUP.prompt, SETUP.kappa, SETUP.length, transform, schedule)
+        return law_mod.run_acceptance_law(target, draft, SETUP.prompt, SETUP.kappa, SETUP.length, transform, schedule,
+                                          rule)
     if ctx is None:
         return build()
-    key = ("engine-acceptance", harness.law_key(target), harness.law_key(draft), transform, schedule,
+    key = ("engine-acceptance", harness.law_key(target), harness.law_key(draft), transform, schedule, rule,
            SETUP.prompt, SETUP.kappa, SETUP.length)
     return ctx.state.shared.law(key, build)
 
@@ -103,7 +105,7 @@ def summary(law: law_mod.RunAcceptanceLaw, obs: Observed, level: float) -> dict:
             "r_observed": obs.r, "r_exact": [float(x) for x in law.r()], "direction": test.direction,
             "p_total": test.p_value, "kappa": kappa, "c": c, "S_observed": s_obs, "S_exact": s_exact,
             "speedup_loss": 1.0 - s_obs / s_exact if s_exact > 0 else float("nan"),
-            "break_even_E": 1.0 + kappa * c, "schedule": law.schedule}
+            "break_even_E": 1.0 + kappa * c, "schedule": law.schedule, "rule": law.rule}
 
 
 def describe(acc: dict) -> str:
@@ -188,11 +190,16 @@ def ci_of(traces, level: float) -> list:
     return [e - half, e + half]
 
 
+def verify_rule(engine) -> str:
+    """The adapter's declared verify rule (`reference.acceptance.RULES`; "chain" when not declared)."""
+    return getattr(engine, "verify_rule", None) or law_mod.CHAIN
+
+
 def greedy_row(engine, ctx, target, draft, schedule: str) -> CheckResult:
     """Temperature 0: every run has the one trace of the exact (deterministic) law."""
     name = f"engine.acceptance_greedy[toy V={SETUP.vocab} L={SETUP.length} kappa={SETUP.kappa}, {schedule}]"
     transform = Transform(temperature=0.0)
-    law = exact_law(target, draft, transform, schedule, ctx)
+    law = exact_law(target, draft, transform, schedule, ctx)        # greedy: one rule whatever the declared one
     with Timer() as t:
         _, info = generate(engine, "engine", ctx, name, target=target, draft=draft, prompt=SETUP.prompt,
                            kappa=SETUP.kappa, transform=transform, seed=3, n=GREEDY_RUNS, length=SETUP.length)
@@ -236,7 +243,9 @@ def run(engine, ctx) -> list[CheckResult]:
                             data={"not_covered": ["draft_schedule"]})]
     target, draft = harness.models(engine, SETUP, ctx)
     transform = TRANSFORM
-    law = exact_law(target, draft, transform, schedule, ctx)
+    rule = verify_rule(engine)
+    law = exact_law(target, draft, transform, schedule, ctx, rule)
+    label = schedule if rule == law_mod.CHAIN else f"{schedule}, {rule}"     # in the row's name
     n = runs_of(ctx)
     seed = int(ctx.draws("engine_acceptance", "law").integers(2**31))
     with Timer() as t:
@@ -250,9 +259,9 @@ def run(engine, ctx) -> list[CheckResult]:
             rows.append(CheckResult(f"engine.acceptance[{base}, per-step]", FAIL, n=n, exact=True, seconds=t.seconds,
                                     detail=f"generate() gave {len(traces)} traces for {n} runs"))
         else:
-            rows.append(trace_row(f"engine.acceptance[{base}, {schedule}, per-step]", traces, law, t.seconds, ctx))
+            rows.append(trace_row(f"engine.acceptance[{base}, {label}, per-step]", traces, law, t.seconds, ctx))
     elif info.get("num_accepted") is not None:
-        rows.append(total_row(f"engine.acceptance[{base}, {schedule}, totals]", info, n, law, t.seconds, ctx))
+        rows.append(total_row(f"engine.acceptance[{base}, {label}, totals]", info, n, law, t.seconds, ctx))
     else:
         rows.append(CheckResult(f"engine.acceptance[{base}]", SKIP, n=n, exact=True, seconds=t.seconds,
                                 detail="generate() reported no num_accepted counter nor verify_counts",
