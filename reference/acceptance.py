@@ -18,6 +18,9 @@ must declare it):
     TO_LENGTH    every step, the first included, drafts min(kappa, length - emitted): a last step may draft
              every token left, and then has no bonus when all are accepted (MLX-LM's
              `speculative_generate_step`: num_draft = min(max_tokens - ntoks, num_draft_tokens))
+    PREFILL_TO_LENGTH  the prefill emits the first token (a plain step); every later step drafts
+             min(kappa, length - emitted) (llama-cpp-python: kappa drafts, of which a run that stops
+             reading at `length` verifies only those up to it -- it samples lazily)
 
 The verify rule (`rule`): "chain" (`laws.EXACT`, accept x with min(1, p(x)/q(x))) or "sample-match"
 (`laws.MATCH`: the target samples each position, a draft is kept while it equals the sample; accept x
@@ -58,7 +61,8 @@ FIXED = "fixed"
 CAPPED = "capped"
 TOKENS_LEFT = "tokens-left"
 TO_LENGTH = "to-length"
-SCHEDULES = (FIXED, CAPPED, TOKENS_LEFT, TO_LENGTH)
+PREFILL_TO_LENGTH = "prefill-to-length"
+SCHEDULES = (FIXED, CAPPED, TOKENS_LEFT, TO_LENGTH, PREFILL_TO_LENGTH)
 
 CHAIN = "chain"
 SAMPLE_MATCH = "sample-match"
@@ -85,10 +89,10 @@ def drafts_at(schedule: str, kappa: int, emitted: int, length: int) -> int:
     """Drafts of the step that starts after `emitted` tokens of a run of `length` (0: a plain step)."""
     if schedule == FIXED:
         return kappa
-    if schedule == TO_LENGTH:
-        return max(0, min(kappa, length - emitted))
-    if emitted == 0 and schedule == CAPPED:
+    if emitted == 0 and schedule in (CAPPED, PREFILL_TO_LENGTH):
         return 0                                    # the prefill emits the first token
+    if schedule in (TO_LENGTH, PREFILL_TO_LENGTH):
+        return max(0, min(kappa, length - emitted))
     return max(0, min(kappa, length - emitted - 1))
 
 

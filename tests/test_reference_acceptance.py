@@ -143,6 +143,7 @@ def test_sample_match_worked_example_and_the_to_length_schedule():
     law = run_acceptance_law(target, draft, (), kappa=1, length=1, schedule=FIXED, verify_rule=SAMPLE_MATCH)
     assert dict(zip(law.traces, law.probs)) == pytest.approx({((1, 0),): 0.5, ((1, 1),): 0.5})
     assert [drafts_at(TO_LENGTH, 2, e, 4) for e in range(4)] == [2, 2, 2, 1]
+    assert [drafts_at("prefill-to-length", 2, e, 4) for e in range(4)] == [0, 2, 2, 1]
     t, d = models()
     law = run_acceptance_law(t, d, (1, 2), kappa=2, length=4, transform=Transform(temperature=0.7), schedule=TO_LENGTH)
     assert ((1, 1),) in [x[-1:] for x in law.traces]          # a last step of one draft, all accepted: no bonus

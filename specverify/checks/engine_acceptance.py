@@ -237,9 +237,11 @@ def run(engine, ctx) -> list[CheckResult]:
                             detail="not an engine-level adapter (no generate)")]
     schedule = getattr(engine, "draft_schedule", None)
     if schedule not in law_mod.SCHEDULES:
+        why = getattr(engine, "acceptance_skip", None)      # the adapter's own account of what its API lacks
         return [CheckResult(f"engine.acceptance[{base}]", SKIP, exact=True,
                             detail=f"the adapter declares no draft_schedule (one of {', '.join(law_mod.SCHEDULES)}): "
-                                   f"the acceptance law depends on how many drafts each step makes",
+                                   f"the acceptance law depends on how many drafts each step makes"
+                                   + (f"; {why}" if why else ""),
                             data={"not_covered": ["draft_schedule"]})]
     target, draft = harness.models(engine, SETUP, ctx)
     transform = TRANSFORM
