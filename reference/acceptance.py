@@ -18,9 +18,16 @@ must declare it):
     TO_LENGTH    every step, the first included, drafts min(kappa, length - emitted): a last step may draft
              every token left, and then has no bonus when all are accepted (MLX-LM's
              `speculative_generate_step`: num_draft = min(max_tokens - ntoks, num_draft_tokens))
+    PREFILL_FIXED  the prefill emits the first token (a plain step); every later step drafts kappa, the
+             last one's overshoot cut after its verification (vLLM v1: the scheduler never caps the
+             drafts by max_tokens, and its counters count the whole verified chunk)
     PREFILL_TO_LENGTH  the prefill emits the first token (a plain step); every later step drafts
              min(kappa, length - emitted) (llama-cpp-python: kappa drafts, of which a run that stops
              reading at `length` verifies only those up to it -- it samples lazily)
+
+How the drafts are drawn (`draft_sampling`): "sampled" (x ~ q, the draft's transformed row) or "argmax"
+(x = the draft's argmax whatever the transform, q one-hot there: vLLM's default
+draft_sample_method="greedy"; `ArgmaxDraft`).
 
 The verify rule (`rule`): "chain" (`laws.EXACT`, accept x with min(1, p(x)/q(x))) or "sample-match"
 (`laws.MATCH`: the target samples each position, a draft is kept while it equals the sample; accept x
@@ -55,6 +62,7 @@ import numpy as np
 from specverify.errors import InputError
 
 from .laws import EXACT, GREEDY, MATCH, Transformed, chunk_law
+from .sampling import argmax_lowest
 from .transforms import Transform
 
 FIXED = "fixed"
@@ -62,7 +70,12 @@ CAPPED = "capped"
 TOKENS_LEFT = "tokens-left"
 TO_LENGTH = "to-length"
 PREFILL_TO_LENGTH = "prefill-to-length"
-SCHEDULES = (FIXED, CAPPED, TOKENS_LEFT, TO_LENGTH, PREFILL_TO_LENGTH)
+PREFILL_FIXED = "prefill-fixed"
+SCHEDULES = (FIXED, CAPPED, TOKENS_LEFT, TO_LENGTH, PREFILL_TO_LENGTH, PREFILL_FIXED)
+
+SAMPLED = "sampled"
+ARGMAX = "argmax"
+DRAFT_SAMPLING = (SAMPLED, ARGMAX)
 
 CHAIN = "chain"
 SAMPLE_MATCH = "sample-match"
@@ -89,8 +102,10 @@ def drafts_at(schedule: str, kappa: int, emitted: int, length: int) -> int:
     """Drafts of the step that starts after `emitted` tokens of a run of `length` (0: a plain step)."""
     if schedule == FIXED:
         return kappa
-    if emitted == 0 and schedule in (CAPPED, PREFILL_TO_LENGTH):
+    if emitted == 0 and schedule in (CAPPED, PREFILL_TO_LENGTH, PREFILL_FIXED):
         return 0                                    # the prefill emits the first token
+    if schedule == PREFILL_FIXED:
+        return kappa
     if schedule in (TO_LENGTH, PREFILL_TO_LENGTH):
         return max(0, min(kappa, length - emitted))
     return max(0, min(kappa, length - emitted - 1))
@@ -242,6 +257,20 @@ def run_acceptance_law(target, draft, prompt=(), kappa: int = 2, length: int = 4
 
 
 # ----------------------------------------------------------------------------- drafters without a model
+
+class ArgmaxDraft:
+    """A draft model that drafts its argmax (lowest id on ties) whatever the transform, q one-hot there:
+    the chain rule then accepts x with p(x). vLLM's draft_sample_method="greedy" (its default)."""
+
+    def __init__(self, model):
+        self.model = model
+        self.vocab_size = int(model.vocab_size)
+
+    def probs(self, prefix, transform: Transform | None = None) -> np.ndarray:
+        row = np.zeros(self.vocab_size)
+        row[argmax_lowest(self.model.probs(prefix))] = 1.0
+        return row
+
 
 class LookupDrafter:
     """Prompt lookup as a draft "model" whose drafts are a function of the context: after a prefix, the

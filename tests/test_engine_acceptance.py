@@ -219,3 +219,21 @@ def test_the_declared_verify_rule_gives_the_law_sample_match_passes_and_fails_as
 
     with pytest.raises(AdapterError, match="verify_rule 'typical' is not one of chain, sample-match"):
         check_adapter(Typical(), "adapter 'x'")
+
+
+class MiscountedDrafts(TotalsOnly):
+    """Totals with verifies, one draft more than kappa a step allows: not the declared fixed schedule."""
+
+    name = "reference-miscounted-drafts"
+
+    def generate(self, *args, **kw):
+        tokens, info = super().generate(*args, **kw)
+        return tokens, {**info, "num_verifies": info["num_drafted"] // 2, "num_drafted": info["num_drafted"] + 1}
+
+
+def test_totals_whose_drafts_contradict_a_fixed_schedule_fail():
+    result = run_audit(MiscountedDrafts(), Context(samples=2000), ["engine_acceptance"])
+    row = [r for r in acceptance_rows(result) if "totals" in r.name][0]
+    assert row.verdict == "fail" and "not kappa = 2 each" in row.detail, row.detail
+    good = run_audit(TotalsOnly(), Context(samples=2000), ["engine_acceptance"])
+    assert all(r.verdict == "pass" for r in acceptance_rows(good)), [(r.name, r.detail) for r in acceptance_rows(good)]

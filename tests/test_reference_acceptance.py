@@ -197,3 +197,15 @@ def test_the_sample_match_law_matches_a_simulation():
     ok = stats.pearson(trace_counts(match, traces), match.probs, alpha=LEVEL)
     bad = stats.pearson(trace_counts(chain, traces), chain.probs, alpha=LEVEL)
     assert ok.p_value > LEVEL and bad.p_value < LEVEL, (ok.p_value, bad.p_value)
+
+
+def test_argmax_drafts_are_accepted_with_p_of_the_argmax():
+    """vLLM's greedy drafting: x = argmax q whatever the transform, q one-hot, so the chain rule accepts
+    with p(x): p = (0.75, 0.25), q = (0.6, 0.4) -> 0.75 (a sampled q would give sum min(p, q) = 0.85)."""
+    from specverify.reference.acceptance import PREFILL_FIXED, ArgmaxDraft
+    target = FixedRows(np.array([[0.75, 0.25], [0.5, 0.5]]))
+    draft = FixedRows(np.array([[0.6, 0.4], [0.5, 0.5]]))
+    law = run_acceptance_law(target, ArgmaxDraft(draft), (), kappa=1, length=1, schedule=FIXED)
+    assert dict(zip(law.traces, law.probs)) == pytest.approx({((1, 0),): 0.25, ((1, 1),): 0.75})
+    assert run_acceptance_law(target, draft, (), kappa=1, length=1, schedule=FIXED).E == pytest.approx(1.85)
+    assert [drafts_at(PREFILL_FIXED, 2, e, 4) for e in range(4)] == [0, 2, 2, 2]

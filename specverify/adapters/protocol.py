@@ -80,6 +80,11 @@ Engine level -- a black box, no coin access (capability "engine"):
                         "sample-match" (the target samples each position, a draft is kept while it
                         equals the sample); the acceptance law is computed for it; another value is
                         an error
+    draft_sampling      optional attribute: "sampled" (the default: drafts drawn from the draft's
+                        transformed row) or "argmax" (the draft's argmax whatever the transform, q
+                        one-hot: vLLM's draft_sample_method="greedy"); another value is an error
+    acceptance_skip     optional attribute: a sentence saying why the adapter has no draft_schedule
+                        (what its engine's API lacks), put in the acceptance row's SKIP
     acceptance_knobs    optional attribute: the knobs generate takes for the metamorphic acceptance
                         rows (`checks.acceptance_invariance`), names from its KNOBS: "prefix_cache"
                         (knobs={"prefix_cache": "cold" | "warm"}: no prefix-cache reuse, or the prompt
@@ -273,6 +278,10 @@ def check_verify_rule(adapter, what: str) -> None:
     rule = getattr(adapter, "verify_rule", None)
     if rule is not None and rule not in RULES:
         raise AdapterError(f"{what}: verify_rule {rule!r} is not one of {', '.join(RULES)}")
+    from specverify.reference.acceptance import DRAFT_SAMPLING
+    sampling = getattr(adapter, "draft_sampling", None)
+    if sampling is not None and sampling not in DRAFT_SAMPLING:
+        raise AdapterError(f"{what}: draft_sampling {sampling!r} is not one of {', '.join(DRAFT_SAMPLING)}")
 
 
 def check_acceptance_knobs(adapter, what: str, caps) -> None:

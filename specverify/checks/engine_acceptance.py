@@ -66,14 +66,15 @@ def runs_of(ctx) -> int:
 
 
 def exact_law(target, draft, transform: Transform, schedule: str, ctx=None,
-              rule: str = law_mod.CHAIN) -> law_mod.RunAcceptanceLaw:
+              rule: str = law_mod.CHAIN, sampling: str = law_mod.SAMPLED) -> law_mod.RunAcceptanceLaw:
     """The exact trace law of the battery's runs (memoised in the audit's state when `ctx` is given)."""
     def build():
-        return law_mod.run_acceptance_law(target, draft, SETUP.prompt, SETUP.kappa, SETUP.length, transform, schedule,
-                                          rule)
+        drafter = law_mod.ArgmaxDraft(draft) if sampling == law_mod.ARGMAX else draft
+        return law_mod.run_acceptance_law(target, drafter, SETUP.prompt, SETUP.kappa, SETUP.length, transform,
+                                          schedule, rule)
     if ctx is None:
         return build()
-    key = ("engine-acceptance", harness.law_key(target), harness.law_key(draft), transform, schedule, rule,
+    key = ("engine-acceptance", harness.law_key(target), harness.law_key(draft), transform, schedule, rule, sampling,
            SETUP.prompt, SETUP.kappa, SETUP.length)
     return ctx.state.shared.law(key, build)
 
@@ -164,6 +165,13 @@ def total_row(name: str, info: dict, n: int, law: law_mod.RunAcceptanceLaw, seco
     """The exact test of the total accepted drafts of n runs."""
     accepted = int(info["num_accepted"])
     verifies = info.get("num_verifies")
+    drafted = info.get("num_drafted")
+    if (law.schedule in (law_mod.FIXED, law_mod.PREFILL_FIXED) and verifies is not None and drafted is not None
+            and int(drafted) != law.kappa * int(verifies)):
+        return CheckResult(name, FAIL, n=n, exact=True, seconds=seconds,
+                           detail=f"the engine drafted {int(drafted)} tokens in {int(verifies)} verify steps, not "
+                                  f"kappa = {law.kappa} each: its declared schedule {law.schedule!r} is not what it does",
+                           data={"num_drafted": int(drafted), "num_verifies": int(verifies)})
     if verifies is None and law.schedule == law_mod.FIXED and info.get("num_drafted") is not None:
         verifies = int(info["num_drafted"]) // law.kappa           # every verify drafts kappa
     obs = Observed(n, accepted, float(verifies) if verifies is not None else n * law.mean_verifies, verifies is not None)
@@ -193,6 +201,11 @@ def ci_of(traces, level: float) -> list:
 def verify_rule(engine) -> str:
     """The adapter's declared verify rule (`reference.acceptance.RULES`; "chain" when not declared)."""
     return getattr(engine, "verify_rule", None) or law_mod.CHAIN
+
+
+def draft_sampling(engine) -> str:
+    """How the adapter's drafts are drawn (`reference.acceptance.DRAFT_SAMPLING`; "sampled" when not declared)."""
+    return getattr(engine, "draft_sampling", None) or law_mod.SAMPLED
 
 
 def greedy_row(engine, ctx, target, draft, schedule: str) -> CheckResult:
@@ -245,9 +258,10 @@ def run(engine, ctx) -> list[CheckResult]:
                             data={"not_covered": ["draft_schedule"]})]
     target, draft = harness.models(engine, SETUP, ctx)
     transform = TRANSFORM
-    rule = verify_rule(engine)
-    law = exact_law(target, draft, transform, schedule, ctx, rule)
-    label = schedule if rule == law_mod.CHAIN else f"{schedule}, {rule}"     # in the row's name
+    rule, sampling = verify_rule(engine), draft_sampling(engine)
+    law = exact_law(target, draft, transform, schedule, ctx, rule, sampling)
+    label = ", ".join([schedule] + ([rule] if rule != law_mod.CHAIN else [])              # in the row's name
+                      + ([f"{sampling} drafts"] if sampling != law_mod.SAMPLED else []))
     n = runs_of(ctx)
     seed = int(ctx.draws("engine_acceptance", "law").integers(2**31))
     with Timer() as t:
