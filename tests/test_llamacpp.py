@@ -30,6 +30,13 @@ def test_draft_counts_stop_at_the_first_mismatch_and_at_the_run_end():
     assert counts([(1, [5, 6]), (3, [7, 9])], [1, 5, 5, 7], 4) == (3, 2)
 
 
+def test_draft_steps_are_each_calls_verified_drafts_and_kept_ones():
+    from specverify.adapters.llamacpp import LlamaCpp, steps
+    assert steps([(1, [5, 6]), (3, [7, 9])], [1, 5, 5, 7], 4) == [(2, 1), (1, 1)]
+    assert steps([(1, [5, 6])], [1, 5, 6, 2], 4) == [(2, 2)]
+    assert LlamaCpp.verify_rule == "sample-match"
+
+
 def test_an_absent_engine_is_one_line_with_the_install_command(monkeypatch):
     from specverify import installed
     from specverify.adapters.llamacpp import LlamaCpp
