@@ -73,8 +73,10 @@ Engine level -- a black box, no coin access (capability "engine"):
                         `reference.acceptance.SCHEDULES` ("fixed": kappa every step; "capped": the
                         prefill emits the first token, then min(kappa, tokens left - 1);
                         "tokens-left": min(kappa, tokens left - 1) from the first step; "to-length":
-                        min(kappa, tokens left) from the first step); without it the acceptance law is
-                        not tested (listed as not covered); another value is an error
+                        min(kappa, tokens left) from the first step; "prefill-to-length": the prefill
+                        emits the first token, then min(kappa, tokens left); "prefill-fixed": the prefill
+                        emits the first token, then kappa); without it the acceptance law is not tested
+                        (listed as not covered); another value is an error
     verify_rule         optional attribute: how the engine keeps a draft, one of
                         `reference.acceptance.RULES`: "chain" (the default: min(1, p/q)) or
                         "sample-match" (the target samples each position, a draft is kept while it
