@@ -111,6 +111,22 @@ def test_greedy_runs_follow_the_argmax_path(engine, models, method):
         assert 0 <= info["num_accepted"] <= info["num_drafted"]
 
 
+def test_draft_runs_report_steps_the_declared_law_allows(engine, models):
+    """Sampled runs of the draft method: each run's (drafted, accepted) trace has probability > 0 under the
+    declared prefill-to-length sample-match law, and the traces add up to the totals."""
+    from specverify.reference import acceptance as law_mod
+    target, draft = models
+    eng = engine["draft"]
+    transform = Transform(temperature=0.7)
+    _, info = eng.generate(target, draft, PROMPT, KAPPA, transform, 3, 60, LENGTH)
+    law = law_mod.run_acceptance_law(target, draft, PROMPT, KAPPA, LENGTH, transform, eng.draft_schedule,
+                                     eng.verify_rule)
+    traces = [tuple(map(tuple, t)) for t in info["verify_counts"]]
+    assert len(traces) == 60 and all(t in law.index() for t in traces), set(traces) - set(law.traces)
+    assert sum(k for t in traces for k, _ in t) == info["num_drafted"]
+    assert info["num_verifies"] == sum(len(t) for t in traces)
+
+
 def _law_p_value(target, tokens, transform):
     from specverify import stats
     from specverify.reference import laws
