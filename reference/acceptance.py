@@ -15,6 +15,23 @@ must declare it):
     TOKENS_LEFT  every step, the first included, drafts min(kappa, length - emitted - 1) (transformers'
              assisted generation: the target verifies the first drafts with the prompt, no plain prefill;
              `AssistedCandidateGenerator._calculate_new_tokens`)
+    TO_LENGTH    every step, the first included, drafts min(kappa, length - emitted): a last step may draft
+             every token left, and then has no bonus when all are accepted (MLX-LM's
+             `speculative_generate_step`: num_draft = min(max_tokens - ntoks, num_draft_tokens))
+    PREFILL_FIXED  the prefill emits the first token (a plain step); every later step drafts kappa, the
+             last one's overshoot cut after its verification (vLLM v1: the scheduler never caps the
+             drafts by max_tokens, and its counters count the whole verified chunk)
+    PREFILL_TO_LENGTH  the prefill emits the first token (a plain step); every later step drafts
+             min(kappa, length - emitted) (llama-cpp-python: kappa drafts, of which a run that stops
+             reading at `length` verifies only those up to it -- it samples lazily)
+
+How the drafts are drawn (`draft_sampling`): "sampled" (x ~ q, the draft's transformed row) or "argmax"
+(x = the draft's argmax whatever the transform, q one-hot there: vLLM's default
+draft_sample_method="greedy"; `ArgmaxDraft`).
+
+The verify rule (`rule`): "chain" (`laws.EXACT`, accept x with min(1, p(x)/q(x))) or "sample-match"
+(`laws.MATCH`: the target samples each position, a draft is kept while it equals the sample; accept x
+with p(x)). Both are exact in law; their acceptance differs. Temperature 0 is `laws.GREEDY` for both.
 
 The law of one run is the law of its **trace**, the tuple of (k, m) of its verify steps in order,
 by recursion over the prefix tree: P(trace) = sum over the emitted sequences that give it of the
@@ -44,13 +61,25 @@ import numpy as np
 
 from specverify.errors import InputError
 
-from .laws import EXACT, GREEDY, Transformed, chunk_law
+from .laws import EXACT, GREEDY, MATCH, Transformed, chunk_law
+from .sampling import argmax_lowest
 from .transforms import Transform
 
 FIXED = "fixed"
 CAPPED = "capped"
 TOKENS_LEFT = "tokens-left"
-SCHEDULES = (FIXED, CAPPED, TOKENS_LEFT)
+TO_LENGTH = "to-length"
+PREFILL_TO_LENGTH = "prefill-to-length"
+PREFILL_FIXED = "prefill-fixed"
+SCHEDULES = (FIXED, CAPPED, TOKENS_LEFT, TO_LENGTH, PREFILL_TO_LENGTH, PREFILL_FIXED)
+
+SAMPLED = "sampled"
+ARGMAX = "argmax"
+DRAFT_SAMPLING = (SAMPLED, ARGMAX)
+
+CHAIN = "chain"
+SAMPLE_MATCH = "sample-match"
+RULES = {CHAIN: EXACT, SAMPLE_MATCH: MATCH}
 
 C_DRAFT = 0.165
 """The draft's cost per token over the target's the speed-up is stated at when none is given: the seed's
@@ -63,12 +92,22 @@ def check_schedule(schedule) -> str:
     return schedule
 
 
+def check_rule(rule) -> str:
+    if rule not in RULES:
+        raise InputError(f"verify rule {rule!r}: must be one of {', '.join(RULES)}")
+    return rule
+
+
 def drafts_at(schedule: str, kappa: int, emitted: int, length: int) -> int:
     """Drafts of the step that starts after `emitted` tokens of a run of `length` (0: a plain step)."""
     if schedule == FIXED:
         return kappa
-    if emitted == 0 and schedule == CAPPED:
+    if emitted == 0 and schedule in (CAPPED, PREFILL_TO_LENGTH, PREFILL_FIXED):
         return 0                                    # the prefill emits the first token
+    if schedule == PREFILL_FIXED:
+        return kappa
+    if schedule in (TO_LENGTH, PREFILL_TO_LENGTH):
+        return max(0, min(kappa, length - emitted))
     return max(0, min(kappa, length - emitted - 1))
 
 
@@ -87,6 +126,7 @@ class RunAcceptanceLaw:
     kappa: int
     length: int
     schedule: str
+    rule: str = CHAIN
 
     def index(self) -> dict:
         return {t: j for j, t in enumerate(self.traces)}
@@ -165,16 +205,18 @@ class RunAcceptanceLaw:
 
 
 def run_acceptance_law(target, draft, prompt=(), kappa: int = 2, length: int = 4,
-                       transform: Transform | None = None, schedule: str = FIXED) -> RunAcceptanceLaw:
+                       transform: Transform | None = None, schedule: str = FIXED,
+                       verify_rule: str = CHAIN) -> RunAcceptanceLaw:
     """The exact trace law of runs of `length` tokens after `prompt` (see the module docstring)."""
     check_schedule(schedule)
+    check_rule(verify_rule)
     if kappa < 1 or length < 1:
         raise InputError("the acceptance law needs kappa >= 1 and length >= 1")
     if draft.vocab_size != target.vocab_size:
         raise InputError(f"draft vocabulary {draft.vocab_size} != target vocabulary {target.vocab_size}")
     transform = transform or Transform()
     greedy = transform.greedy
-    rule = GREEDY if greedy else EXACT
+    rule = GREEDY if greedy else RULES[verify_rule]
     t_model, d_model = Transformed(target, transform), Transformed(draft, transform)
     prompt = tuple(int(x) for x in prompt)
     memo: dict = {}
@@ -210,10 +252,25 @@ def run_acceptance_law(target, draft, prompt=(), kappa: int = 2, length: int = 4
 
     law = rec(prompt)
     traces = tuple(sorted(law))
-    return RunAcceptanceLaw(traces, np.array([law[t] for t in traces], np.float64), int(kappa), int(length), schedule)
+    return RunAcceptanceLaw(traces, np.array([law[t] for t in traces], np.float64), int(kappa), int(length), schedule,
+                            verify_rule)
 
 
 # ----------------------------------------------------------------------------- drafters without a model
+
+class ArgmaxDraft:
+    """A draft model that drafts its argmax (lowest id on ties) whatever the transform, q one-hot there:
+    the chain rule then accepts x with p(x). vLLM's draft_sample_method="greedy" (its default)."""
+
+    def __init__(self, model):
+        self.model = model
+        self.vocab_size = int(model.vocab_size)
+
+    def probs(self, prefix, transform: Transform | None = None) -> np.ndarray:
+        row = np.zeros(self.vocab_size)
+        row[argmax_lowest(self.model.probs(prefix))] = 1.0
+        return row
+
 
 class LookupDrafter:
     """Prompt lookup as a draft "model" whose drafts are a function of the context: after a prefix, the

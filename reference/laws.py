@@ -130,8 +130,24 @@ class GreedyRule:
         return self.residual(p, None, -1)
 
 
+class MatchRule:
+    """Sample-match: the target samples y ~ p at the draft's position and the draft x is kept iff y == x
+    (probability p[x]); otherwise y is emitted, which is p conditioned on y != x. Exact in law (every
+    emitted token is a sample of p) with acceptance sum_x q(x) p(x) instead of sum_x min(p, q): MLX-LM,
+    llama-cpp-python, OpenVINO GenAI's prompt lookup."""
+
+    def accept_prob(self, p, q, x: int) -> float:
+        return float(p[x])
+
+    def residual(self, p, q, x: int):
+        w = np.array(p, np.float64, copy=True)
+        w[x] = 0.0
+        return w
+
+
 EXACT = ExactRule()
 GREEDY = GreedyRule()
+MATCH = MatchRule()
 
 
 @dataclass(frozen=True)

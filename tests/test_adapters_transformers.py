@@ -149,3 +149,24 @@ def test_a_request_without_drafts_on_a_hostile_row_raises_in_torch_multinomial()
         with pytest.raises(RuntimeError, match="probability tensor"):
             sampler.plain(row, 0.5)
     assert sampler.plain(np.array([0.0, 0.5, 0.5]), 0.75) == 2
+
+
+def test_assisted_steps_follow_the_declared_tokens_left_schedule():
+    """transformers reads the draft length from the assistant's generation config (unset: 20 drafts and a
+    0.4 confidence stop, so L = 4 runs at kappa = 2 had steps of 3 drafts). With the adapter's config every
+    run's (drafted, accepted) trace, sampled and greedy, is one the `tokens-left` law gives probability > 0."""
+    from specverify.adapters.hf_engine import TransformersAssisted
+    from specverify.reference import acceptance as law_mod
+    from specverify.reference.toy import ToyModel
+    from specverify.reference.transforms import Transform
+    target = ToyModel(4, 31, scale=0.7, zero_frac=0.2)
+    draft = target.draft(32, noise=1.0)
+    engine = TransformersAssisted()
+    assert engine.draft_schedule == law_mod.TOKENS_LEFT
+    for transform in (Transform(temperature=0.7), Transform(temperature=0.0)):
+        _, info = engine.generate(target, draft, (1, 2), 2, transform, seed=0, n=60, length=4)
+        law = law_mod.run_acceptance_law(target, draft, (1, 2), 2, 4, transform, law_mod.TOKENS_LEFT)
+        traces = [tuple(map(tuple, t)) for t in info["verify_counts"]]
+        assert len(traces) == 60 and all(t in law.index() for t in traces), set(traces) - set(law.traces)
+        assert info["num_accepted"] == sum(m for t in traces for _, m in t)
+    assert engine._lm(draft).generation_config.num_assistant_tokens == 2

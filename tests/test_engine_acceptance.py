@@ -177,3 +177,63 @@ def test_a_draft_vocabulary_mapped_to_the_wrong_ids_is_exact_but_slow_greedy_and
     rows = {r.name.split("[")[0]: r for r in acceptance_rows(result)}
     assert rows["engine.acceptance"].verdict == "fail" and rows["engine.acceptance_greedy"].verdict == "fail"
     assert result.deviation["kind"] == "exact-but-slow", result.deviation
+
+
+class SampleMatchEngine(ReferenceEngine):
+    """Sample-match speculation under the `to-length` schedule (MLX-LM's loop), simulated in numpy
+    (`test_reference_acceptance.simulate_sample_match`): exact output law by another rule."""
+
+    name = "toy-sample-match"
+    capabilities = {"engine"}
+    draft_schedule = "to-length"
+    verify_rule = "sample-match"
+
+    def generate(self, target, draft, prompt, kappa, transform, seed, n, length, processors=None):
+        from test_reference_acceptance import simulate_sample_match
+        runs = simulate_sample_match(target, draft, prompt, kappa, length, transform, n, seed)
+        traces = [t for _, t in runs]
+        return np.array([list(s) for s, _ in runs], np.int64), {
+            "num_accepted": sum(m for t in traces for _, m in t), "num_drafted": sum(k for t in traces for k, _ in t),
+            "num_verifies": sum(len(t) for t in traces), "verify_counts": traces}
+
+
+class SampleMatchDeclaredChain(SampleMatchEngine):
+    name = "toy-sample-match-declared-chain"
+    verify_rule = None
+
+
+def test_the_declared_verify_rule_gives_the_law_sample_match_passes_and_fails_as_chain():
+    """A sample-match engine passes the law of its declared rule and fails the chain rule's (it accepts
+    less: exact-but-slow); an unknown rule is an adapter error."""
+    from specverify.adapters.protocol import check_adapter
+    from specverify.errors import AdapterError
+    good = run_audit(SampleMatchEngine(), Context(samples=2000), ["engine_acceptance"])
+    assert good.verdict == "pass", [(r.name, r.detail) for r in good.checks]
+    step = acceptance_rows(good)[0]
+    assert "to-length, sample-match, per-step" in step.name and step.data["acceptance"]["rule"] == "sample-match"
+    bad = run_audit(SampleMatchDeclaredChain(), Context(samples=2000), ["engine_acceptance"])
+    assert bad.verdict == "fail" and acceptance_rows(bad)[0].data["acceptance"]["direction"] == "below"
+
+    class Typical(SampleMatchEngine):
+        verify_rule = "typical"
+
+    with pytest.raises(AdapterError, match="verify_rule 'typical' is not one of chain, sample-match"):
+        check_adapter(Typical(), "adapter 'x'")
+
+
+class MiscountedDrafts(TotalsOnly):
+    """Totals with verifies, one draft more than kappa a step allows: not the declared fixed schedule."""
+
+    name = "reference-miscounted-drafts"
+
+    def generate(self, *args, **kw):
+        tokens, info = super().generate(*args, **kw)
+        return tokens, {**info, "num_verifies": info["num_drafted"] // 2, "num_drafted": info["num_drafted"] + 1}
+
+
+def test_totals_whose_drafts_contradict_a_fixed_schedule_fail():
+    result = run_audit(MiscountedDrafts(), Context(samples=2000), ["engine_acceptance"])
+    row = [r for r in acceptance_rows(result) if "totals" in r.name][0]
+    assert row.verdict == "fail" and "not kappa = 2 each" in row.detail, row.detail
+    good = run_audit(TotalsOnly(), Context(samples=2000), ["engine_acceptance"])
+    assert all(r.verdict == "pass" for r in acceptance_rows(good)), [(r.name, r.detail) for r in acceptance_rows(good)]

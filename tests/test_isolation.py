@@ -516,3 +516,18 @@ def test_an_in_process_handle_of_a_registered_name_can_be_rebuilt_elsewhere():
         handle.close()
     instance = plain_handle(ReferenceEngine(), timeout=60)
     assert instance.factory_ref is None          # an instance given as such cannot be rebuilt
+
+
+class DeclaresAcceptance(ReferenceEngine):
+    """The acceptance law's declarations (`engine_acceptance`): each must reach the audit's handle."""
+
+    verify_rule = "sample-match"
+    draft_sampling = "argmax"
+    acceptance_skip = "its API reports no counters"
+
+
+def test_the_acceptance_declarations_are_mirrored():
+    with open_adapter(DeclaresAcceptance, timeout=60) as h:
+        assert h.isolated
+        assert (h.verify_rule, h.draft_sampling, h.acceptance_skip, h.draft_schedule) == (
+            "sample-match", "argmax", "its API reports no counters", ReferenceEngine.draft_schedule)

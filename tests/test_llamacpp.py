@@ -30,6 +30,13 @@ def test_draft_counts_stop_at_the_first_mismatch_and_at_the_run_end():
     assert counts([(1, [5, 6]), (3, [7, 9])], [1, 5, 5, 7], 4) == (3, 2)
 
 
+def test_draft_steps_are_each_calls_verified_drafts_and_kept_ones():
+    from specverify.adapters.llamacpp import LlamaCpp, steps
+    assert steps([(1, [5, 6]), (3, [7, 9])], [1, 5, 5, 7], 4) == [(2, 1), (1, 1)]
+    assert steps([(1, [5, 6])], [1, 5, 6, 2], 4) == [(2, 2)]
+    assert LlamaCpp.verify_rule == "sample-match"
+
+
 def test_an_absent_engine_is_one_line_with_the_install_command(monkeypatch):
     from specverify import installed
     from specverify.adapters.llamacpp import LlamaCpp
@@ -102,6 +109,22 @@ def test_greedy_runs_follow_the_argmax_path(engine, models, method):
     assert (tokens == np.array(path)).all(), (tokens[0], path)
     if method == "draft":
         assert 0 <= info["num_accepted"] <= info["num_drafted"]
+
+
+def test_draft_runs_report_steps_the_declared_law_allows(engine, models):
+    """Sampled runs of the draft method: each run's (drafted, accepted) trace has probability > 0 under the
+    declared prefill-to-length sample-match law, and the traces add up to the totals."""
+    from specverify.reference import acceptance as law_mod
+    target, draft = models
+    eng = engine["draft"]
+    transform = Transform(temperature=0.7)
+    _, info = eng.generate(target, draft, PROMPT, KAPPA, transform, 3, 60, LENGTH)
+    law = law_mod.run_acceptance_law(target, draft, PROMPT, KAPPA, LENGTH, transform, eng.draft_schedule,
+                                     eng.verify_rule)
+    traces = [tuple(map(tuple, t)) for t in info["verify_counts"]]
+    assert len(traces) == 60 and all(t in law.index() for t in traces), set(traces) - set(law.traces)
+    assert sum(k for t in traces for k, _ in t) == info["num_drafted"]
+    assert info["num_verifies"] == sum(len(t) for t in traces)
 
 
 def _law_p_value(target, tokens, transform):

@@ -101,6 +101,13 @@ def test_runs_have_the_target_law_and_are_reproducible(engine, pair):
     np.testing.assert_array_equal(tokens, again)
     assert 0 < info["num_accepted"] < info["num_drafted"]
     assert _p_value(tokens, target, Transform()) > 1e-3
+    # per-step counts: each run's (drafted, accepted) trace is one the declared law allows, and they add up
+    from specverify.reference import acceptance as law_mod
+    law = law_mod.run_acceptance_law(target, draft, (1,), 2, 4, Transform(), engine.draft_schedule, engine.verify_rule)
+    traces = [tuple(map(tuple, t)) for t in info["verify_counts"]]
+    assert len(traces) == 400 and all(t in law.index() for t in traces), set(traces) - set(law.traces)
+    assert sum(k for t in traces for k, _ in t) == info["num_drafted"]
+    assert sum(m for t in traces for _, m in t) == info["num_accepted"]
 
 
 def test_a_mutated_mapping_is_caught(engine, pair, monkeypatch):

@@ -132,3 +132,80 @@ def test_the_law_of_a_prompt_lookup_drafter_matches_the_reference_engine(transfo
     _, info = SpecEngine().generate(target, drafter, (1, 2, 1), 2, transform, 5, RUNS, 4)
     assert stats.pearson(trace_counts(law, info["verify_counts"]), law.probs).p_value > LEVEL
     assert total_test(law, info["num_accepted"], RUNS, LEVEL).p_value > LEVEL
+
+
+def test_sample_match_worked_example_and_the_to_length_schedule():
+    """Sample-match keeps x with p(x): with p = (0.75, 0.25), q = (0.5, 0.5) that is sum_x q p = 0.5, not
+    sum_x min(p, q) = 0.75. `to-length` drafts every token left in the last step, with no bonus then."""
+    from specverify.reference.acceptance import SAMPLE_MATCH, TO_LENGTH
+    target = FixedRows(np.array([[0.75, 0.25], [0.5, 0.5]]))
+    draft = FixedRows(np.array([[0.5, 0.5], [0.5, 0.5]]))
+    law = run_acceptance_law(target, draft, (), kappa=1, length=1, schedule=FIXED, verify_rule=SAMPLE_MATCH)
+    assert dict(zip(law.traces, law.probs)) == pytest.approx({((1, 0),): 0.5, ((1, 1),): 0.5})
+    assert [drafts_at(TO_LENGTH, 2, e, 4) for e in range(4)] == [2, 2, 2, 1]
+    assert [drafts_at("prefill-to-length", 2, e, 4) for e in range(4)] == [0, 2, 2, 1]
+    t, d = models()
+    law = run_acceptance_law(t, d, (1, 2), kappa=2, length=4, transform=Transform(temperature=0.7), schedule=TO_LENGTH)
+    assert ((1, 1),) in [x[-1:] for x in law.traces]          # a last step of one draft, all accepted: no bonus
+    assert all(sum(m for _, m in x) + len(x) >= 4 for x in law.traces)
+    with pytest.raises(InputError):
+        run_acceptance_law(t, d, (1,), kappa=1, length=1, verify_rule="typical")
+
+
+def simulate_sample_match(target, draft, prompt, kappa, length, transform, n, seed):
+    """n runs of sample-match speculation under `to-length` (MLX-LM's loop, written out here): draft x_i ~ q
+    one by one, the target samples y_i ~ p at every position, keep while y_i == x_i, then emit y; stop at
+    `length`. Returns each run's (emitted tokens, (drafted, accepted) trace)."""
+    rng = np.random.default_rng(seed)
+    vocab = target.vocab_size
+    out = []
+    for _ in range(n):
+        seq, trace = tuple(prompt), []
+        while len(seq) - len(prompt) < length:
+            k = drafts_at("to-length", kappa, len(seq) - len(prompt), length)
+            drafts, ctx = [], seq
+            for _ in range(k):
+                x = int(rng.choice(vocab, p=draft.probs(ctx, transform)))
+                drafts.append(x)
+                ctx += (x,)
+            m, emitted = 0, []
+            for i in range(k + 1):
+                y = int(rng.choice(vocab, p=target.probs(seq + tuple(emitted), transform)))
+                emitted.append(y)
+                if i < k and y == drafts[i]:
+                    m += 1
+                    if len(seq) - len(prompt) + len(emitted) == length:
+                        break
+                    continue
+                break
+            trace.append((k, m))
+            seq += tuple(emitted[:length - (len(seq) - len(prompt))])
+        out.append((seq[len(prompt):], trace))
+    return out
+
+
+def test_the_sample_match_law_matches_a_simulation():
+    """Pearson of 4000 simulated sample-match runs against the exact trace law (level 1e-3, seeded); the
+    chain rule's law, which accepts more, is rejected by the same runs (power: its E is > 0.1 higher)."""
+    from specverify.reference.acceptance import SAMPLE_MATCH, TO_LENGTH
+    target, draft = models()
+    tr = Transform(temperature=0.7)
+    traces = [t for _, t in simulate_sample_match(target, draft, (1, 2), 2, 4, tr, 4000, seed=5)]
+    match = run_acceptance_law(target, draft, (1, 2), 2, 4, tr, TO_LENGTH, SAMPLE_MATCH)
+    chain = run_acceptance_law(target, draft, (1, 2), 2, 4, tr, TO_LENGTH)
+    assert chain.E - match.E > 0.1
+    ok = stats.pearson(trace_counts(match, traces), match.probs, alpha=LEVEL)
+    bad = stats.pearson(trace_counts(chain, traces), chain.probs, alpha=LEVEL)
+    assert ok.p_value > LEVEL and bad.p_value < LEVEL, (ok.p_value, bad.p_value)
+
+
+def test_argmax_drafts_are_accepted_with_p_of_the_argmax():
+    """vLLM's greedy drafting: x = argmax q whatever the transform, q one-hot, so the chain rule accepts
+    with p(x): p = (0.75, 0.25), q = (0.6, 0.4) -> 0.75 (a sampled q would give sum min(p, q) = 0.85)."""
+    from specverify.reference.acceptance import PREFILL_FIXED, ArgmaxDraft
+    target = FixedRows(np.array([[0.75, 0.25], [0.5, 0.5]]))
+    draft = FixedRows(np.array([[0.6, 0.4], [0.5, 0.5]]))
+    law = run_acceptance_law(target, ArgmaxDraft(draft), (), kappa=1, length=1, schedule=FIXED)
+    assert dict(zip(law.traces, law.probs)) == pytest.approx({((1, 0),): 0.25, ((1, 1),): 0.75})
+    assert run_acceptance_law(target, draft, (), kappa=1, length=1, schedule=FIXED).E == pytest.approx(1.85)
+    assert [drafts_at(PREFILL_FIXED, 2, e, 4) for e in range(4)] == [0, 2, 2, 2]

@@ -13,10 +13,20 @@ conditioned on a prefix that did not happen and the joint law shows it.
     transform     Transform(temperature, top_k, top_p) -> generate(temperature=, top_k=, top_p=);
                   temperature 0 -> do_sample=False (greedy)
     runs          run i: torch.manual_seed(seed + i), prompt -> `length` new tokens, kappa drafts per
-                  step (num_assistant_tokens, constant schedule)
+                  step. The draft length is the *assistant's* generation config, not generate()'s
+                  (`AssistedCandidateGenerator.__init__` reads num_assistant_tokens,
+                  num_assistant_tokens_schedule and assistant_confidence_threshold from
+                  `assistant_model.generation_config`; generate(num_assistant_tokens=...) only sets the
+                  target's, which the candidate generator never reads). Unset there, transformers drafts
+                  up to 20 tokens a step and stops a step's drafting at the first draft whose probability
+                  is below 0.4 (`ConfidenceCriteria`; with scikit-learn installed that threshold is also
+                  re-fitted after every step). The adapter sets on the assistant num_assistant_tokens=kappa,
+                  the "constant" schedule and assistant_confidence_threshold=0 (off), so each step drafts
+                  min(kappa, tokens left - 1) (`_calculate_new_tokens`): `draft_schedule = "tokens-left"`
     info          {"num_drafted", "num_accepted", "num_verifies", "verify_counts"}: from transformers' own
-                  `_speculative_sampling` calls (observed, unchanged), totals and each run's (drafted,
-                  accepted) per verify step; absent for greedy runs (that path does not call it)
+                  `update_candidate_strategy(input_ids, scores, num_matches)` calls (observed, unchanged):
+                  each verify step's drafted (scores' positions - 1) and accepted (num_matches), totals and
+                  each run's (drafted, accepted) per verify step, for sampled and greedy runs alike
 
 `transformers-lookup` is the same with prompt-lookup decoding (`prompt_lookup_num_tokens=kappa`, n-gram
 drafts from the sequence itself; the battery's draft model is not used): transformers then samples
@@ -117,9 +127,10 @@ def toy_lm(toy, dtype=None):
 class TransformersAssisted:
     name = "transformers-assisted"
     capabilities = {"engine"}
-    # no draft_schedule: transformers 5.24.0 drafted 3 tokens in a step with num_assistant_tokens=2 (1750 of
-    # 2000 runs of L = 4 had the one verify step (3, 2)), which no declared schedule models yet
-    # (docs/acceptance.md, "transformers")
+    # every step, the first included, drafts min(kappa, tokens left - 1), with the assistant's generation config
+    # set as the module docstring says (unset, transformers drafts up to 20 a step and stops at a draft of
+    # probability < 0.4: a 3-draft step at num_assistant_tokens=2, docs/acceptance.md "transformers")
+    draft_schedule = "tokens-left"
     models = "toy"
     # the reference's processors transformers implements exactly (module docstring: how each is mapped)
     processors = {"repetition_penalty", "logit_bias", "banned_tokens", "banned_sequences", "min_tokens", "grammar",
@@ -144,33 +155,32 @@ class TransformersAssisted:
 
     def generate(self, target, draft, prompt, kappa, transform, seed, n, length, processors=None):
         torch = self.torch
-        utils = self.utils
         t_lm = self._lm(target)
         if self.lookup:                       # prompt lookup: n-gram drafts from the sequence, no draft model
             spec = dict(prompt_lookup_num_tokens=int(kappa))
         else:
             d_lm = self._lm(draft) if draft is not target else toy_lm(target)   # a second instance: own cache
-            spec = dict(assistant_model=d_lm, num_assistant_tokens=int(kappa),
-                        num_assistant_tokens_schedule="constant")
+            assistant_config(d_lm, kappa)
+            spec = dict(assistant_model=d_lm)
         greedy = transform.temperature == 0
         sample_args = {} if greedy else dict(temperature=transform.temperature, top_k=transform.top_k or None,
                                              top_p=transform.top_p if transform.top_p not in (None, 1.0) else None)
         proc_args = generate_kwargs(processors, len(prompt), length)
-        real, counts = utils._speculative_sampling, [0, 0]
+        generator_cls = installed.load("transformers", "transformers.generation.candidate_generator").AssistedCandidateGenerator
+        real = generator_cls.update_candidate_strategy
         traces: list = [[] for _ in range(n)]      # per run: (drafted, accepted) of each verify step
         run = [0]
 
-        def observed(cand_ids, cand_logits, cand_len, new_logits, *a, **k):
-            tokens, n_matches = real(cand_ids, cand_logits, cand_len, new_logits, *a, **k)
-            counts[0] += int(cand_len)
-            counts[1] += int(n_matches)
-            if int(cand_len):
-                traces[run[0]].append((int(cand_len), int(n_matches)))
-            return tokens, n_matches
+        def observed(self, input_ids, scores, num_matches):
+            drafted = int(scores.shape[1]) - 1    # scores: the target's rows, one per draft + the bonus
+            if drafted:
+                traces[run[0]].append((drafted, int(num_matches)))
+            return real(self, input_ids, scores, num_matches)
 
         ids = torch.tensor([list(prompt)], dtype=torch.long)
         out = np.empty((n, length), np.int64)
-        utils._speculative_sampling = observed
+        if not self.lookup:
+            generator_cls.update_candidate_strategy = observed
         try:
             for i in range(n):
                 run[0] = i
@@ -181,11 +191,21 @@ class TransformersAssisted:
                 out[i] = PAD                  # a run that stopped early: PAD after its last token
                 out[i, :len(row)] = row       # (tokens after a stop token, if any, are kept: the checks see them)
         finally:
-            utils._speculative_sampling = real
-        # prompt lookup never calls _speculative_sampling (it samples from p and compares): no counts
-        info = {} if greedy or self.lookup else {"num_drafted": counts[0], "num_accepted": counts[1],
-                                                 "num_verifies": sum(len(t) for t in traces), "verify_counts": traces}
+            generator_cls.update_candidate_strategy = real
+        if self.lookup:       # n-gram drafts by transformers' own lookup rules: no exact law of them here, no counts
+            return out, {}
+        info = {"num_drafted": sum(k for t in traces for k, _ in t), "num_accepted": sum(m for t in traces for _, m in t),
+                "num_verifies": sum(len(t) for t in traces), "verify_counts": traces}
         return out, info
+
+
+def assistant_config(assistant, kappa: int) -> None:
+    """kappa drafts every step: the assistant's own generation config is what assisted generation reads
+    (module docstring); the confidence stop (threshold 0.4 when unset) off."""
+    config = assistant.generation_config
+    config.num_assistant_tokens = int(kappa)
+    config.num_assistant_tokens_schedule = "constant"
+    config.assistant_confidence_threshold = 0.0
 
 
 def generate_kwargs(settings, prompt_len: int, length: int) -> dict:

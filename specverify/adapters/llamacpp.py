@@ -45,10 +45,16 @@ The battery's inputs:
     seed           run i: `Llama.set_seed(seed + i)`; `generate` builds a fresh sampler chain whose
                    dist sampler is seeded with it, so run i is reproducible from seed + i
     n, length      n calls of `generate`, each read for `length` tokens
-    info           {"num_drafted", "num_accepted"} (method draft): llama-cpp-python does not count
-                   them; the adapter records each draft call's proposals (wrapping the drafter) and
-                   counts, per call, the drafts at positions the run reached and how many leading ones
-                   the emitted tokens equal (sample-match accepts exactly those). Prompt lookup reports
+    info           {"num_drafted", "num_accepted", "num_verifies", "verify_counts"} (method draft):
+                   llama-cpp-python does not count them; the adapter records each draft call's
+                   proposals (wrapping the drafter: each call is one verify step, made with the accepted
+                   context) and counts, per call, the drafts at positions the run reached and how many
+                   leading ones the emitted tokens equal (sample-match accepts exactly those): each run's
+                   (drafted, accepted) per verify step. The acceptance law (`draft_schedule =
+                   "prefill-to-length"`, `verify_rule = "sample-match"`): the prompt's eval samples the
+                   first token (no drafts), every later step drafts kappa, of which the run verifies
+                   min(kappa, tokens left) (the generator samples lazily and the run stops reading at
+                   `length`). Prompt lookup reports
                    them as {"ngram_drafted", "ngram_accepted"}: its drafts do not come from the draft
                    model, so the identity rows (q = p) do not apply to it and are skipped
 
@@ -144,18 +150,28 @@ def load(module: str):
     return installed.load("llamacpp", module)
 
 
-def counts(calls, sequence, stop: int) -> tuple[int, int]:
-    """(drafted, accepted) over draft calls: a call's drafts at positions < `stop` (where the run
-    went on sampling) and how many leading ones equal the emitted sequence there (sample-match)."""
-    drafted = accepted = 0
+def steps(calls, sequence, stop: int) -> list:
+    """(drafted, accepted) of each draft call, i.e. each verify step: the call's drafts at positions <
+    `stop` (where the run went on sampling: llama-cpp-python samples lazily, so a draft past the run's
+    last token is never verified) and how many leading ones equal the emitted sequence there
+    (sample-match accepts exactly those)."""
+    out = []
     for start, drafts in calls:
         live = [d for j, d in enumerate(drafts) if start + j < stop]
-        drafted += len(live)
+        kept = 0
         for j, d in enumerate(live):
             if sequence[start + j] != d:
                 break
-            accepted += 1
-    return drafted, accepted
+            kept += 1
+        if live:
+            out.append((len(live), kept))
+    return out
+
+
+def counts(calls, sequence, stop: int) -> tuple[int, int]:
+    """(drafted, accepted) over draft calls (`steps`, summed)."""
+    per_step = steps(calls, sequence, stop)
+    return sum(k for k, _ in per_step), sum(m for _, m in per_step)
 
 
 def special_mask(vocab: int):
@@ -234,10 +250,22 @@ class LlamaCpp:
     # reports' 5,000 runs a row
     audit_defaults = {"samples": 5_000, "timeout": 1800.0}
 
+    verify_rule = "sample-match"
+
     def __init__(self, method: str = "lookup", threads: int = 1):
         if method not in METHODS:
             raise InputError(f"llamacpp: method {method!r} not in {METHODS}")
         self.method = method
+        if method == "draft":
+            # the prefill samples the first token; each later step's drafts are verified up to the run's
+            # last token only (lazy sampling, `steps`): min(kappa, tokens left) visible drafts a step
+            self.draft_schedule = "prefill-to-length"
+        else:
+            self.acceptance_skip = (
+                "LlamaPromptLookupDecoding proposes the num_pred_tokens tokens that follow the latest match of "
+                "the last 1..max_ngram_size tokens in one span (none when nothing matches: a plain step), which "
+                "is not the reference's LookupDrafter (one token per draft position, re-matched after each); "
+                "no exact law of its drafts is implemented, and the adapter reports its counts only as ngram_*")
         self.name = f"llamacpp-{method}"
         self.threads = int(threads)
         self.llama = load("llama_cpp.llama")
@@ -294,6 +322,7 @@ class LlamaCpp:
         prompt = [int(t) for t in prompt]
         out = np.full((int(n), int(length)), PAD, np.int64)
         drafted = accepted = 0
+        traces: list = []             # per run: (drafted, accepted) of each verify step (`steps`)
         try:
             for i in range(int(n)):
                 llm.set_seed(int(seed) + i)
@@ -308,15 +337,18 @@ class LlamaCpp:
                     if len(row) == int(length) or int(tok) in stops:
                         break
                 out[i, :len(row)] = row
-                d, a = counts(recorder.calls, prompt + row, len(prompt) + len(row))
+                per_step = steps(recorder.calls, prompt + row, len(prompt) + len(row))
+                traces.append(per_step)
                 if self.trace is not None:
                     self.trace.append((prompt + row, list(recorder.calls)))
-                drafted, accepted = drafted + d, accepted + a
+                drafted += sum(k for k, _ in per_step)
+                accepted += sum(m for _, m in per_step)
         finally:
             llm.draft_model = None
         if self.method == "lookup":         # n-gram drafts ignore the draft model: the identity premise (q = p)
             return out, {"ngram_drafted": drafted, "ngram_accepted": accepted}   # does not apply
-        return out, {"num_drafted": drafted, "num_accepted": accepted}
+        return out, {"num_drafted": drafted, "num_accepted": accepted, "num_verifies": sum(len(t) for t in traces),
+                     "verify_counts": traces}
 
 
 def lookup():

@@ -35,10 +35,17 @@ How the battery's inputs map to MLX-LM's API (one `stream_generate` call per run
                   T), top_p at T = 1 without top_k; a top_p with T != 1 or with top_k would be another
                   law and is an InputError (no battery row asks for it). T = 0: greedy (argmax).
                   top_k >= V is off (MLX-LM raises for it).
-    info          {"num_drafted", "num_accepted"}: the draft model's forward calls after its prefill
-                  (each yields one draft token; the adapter passes prefill_step_size=PREFILL itself, so
-                  the prefill is ceil((len(prompt) - 1) / PREFILL) calls), and the tokens whose
-                  `from_draft` flag is set (MLX-LM's own count of kept drafts)
+    info          {"num_drafted", "num_accepted", "num_verifies", "verify_counts"}: the draft model's
+                  forward calls after its prefill (each yields one draft token; the adapter passes
+                  prefill_step_size=PREFILL itself, so the prefill is ceil((len(prompt) - 1) / PREFILL)
+                  calls), and the tokens whose `from_draft` flag is set (MLX-LM's own count of kept
+                  drafts). Per verify step (drafted, accepted): a step ends at the token whose from_draft
+                  is False (the target's own sample) or at the run's last token; its drafted are the
+                  draft calls since the last step ended (MLX-LM drafts a step's tokens before it yields
+                  any of them), its accepted the from_draft tokens in it
+    acceptance    `draft_schedule = "to-length"`: every step, the first included, drafts
+                  min(num_draft_tokens, max_tokens - ntoks) (`speculative_generate_step`), so a last step
+                  may draft every token left and then has no bonus; `verify_rule = "sample-match"`
 
 Logits processors (`processors`), each MLX-LM's own, in the reference's order:
 
@@ -232,6 +239,8 @@ class MlxLm:
     name = "mlx"
     capabilities = {"engine"}
     models = "own"
+    draft_schedule = "to-length"          # module docstring, "acceptance"
+    verify_rule = "sample-match"
     processors = set(PROCESSORS)
     # ~40 ms a run of 4 tokens on these 2 shared cores (MLX's per-op dispatch, not the model, dominates):
     # 5000 runs a law row; the identity rows' 2000 runs of 8 tokens take ~2 min in one call
@@ -286,19 +295,30 @@ class MlxLm:
         counted = _Counted(d_model)
         out = np.full((int(n), int(length)), PAD, np.int64)
         accepted = 0
+        traces: list = []                 # per run: (drafted, accepted) of each verify step
         for i in range(int(n)):
             mx.random.seed(int(seed) + i)
-            row = []
+            row, trace = [], []
+            mark, kept = counted.calls + prefill_calls(len(prompt)), 0     # draft calls before this step
             for r in gen.stream_generate(model, tokenizer, list(map(int, prompt)), max_tokens=int(length),
                                          draft_model=counted, num_draft_tokens=int(kappa), sampler=sampler,
                                          logits_processors=procs or None, prefill_step_size=PREFILL):
                 row.append(int(r.token))
                 accepted += bool(r.from_draft)
+                kept += bool(r.from_draft)
+                if not r.from_draft or len(row) == length:               # the step's last token
+                    if counted.calls > mark:
+                        trace.append((counted.calls - mark, kept))
+                    mark, kept = counted.calls, 0
+            if counted.calls > mark:          # a run a stop token ended inside a step
+                trace.append((counted.calls - mark, kept))
             if len(row) > length or (len(row) < length and (not row or row[-1] not in stops)):
                 raise AdapterError(f"mlx: run {i} gave {len(row)} tokens for max_tokens={length}: {row}")
             out[i, :len(row)] = row
+            traces.append(trace)
         drafted = counted.calls - int(n) * prefill_calls(len(prompt))
-        return out, {"num_drafted": int(drafted), "num_accepted": int(accepted)}
+        return out, {"num_drafted": int(drafted), "num_accepted": int(accepted),
+                     "num_verifies": sum(len(t) for t in traces), "verify_counts": traces}
 
 
 def _is_set(settings, name: str) -> bool:

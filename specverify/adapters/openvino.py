@@ -234,6 +234,13 @@ class OpenVINOEngine:
     models = "own"
     processors = set(PROCESSORS)
     audit_defaults = {"timeout": 1800.0}
+    # no draft_schedule (engine_acceptance): what the API gives and what is not established
+    acceptance_skip = (
+        "OpenVINO GenAI reports totals only (SDPerModelsPerfMetrics num_accepted_tokens / num_rejected_tokens per "
+        "result, no verify-step count and no per-step counts; a batched call's aggregate does not add up, so only "
+        "single-request calls count); how many drafts its last steps make (capped by max_new_tokens or not) and "
+        "its verify rule were not established on this engine (no OpenVINO venv in the session that added the law; "
+        "prompt lookup reports no metrics at all)")
 
     def __init__(self, method: str = DRAFT):
         self.ov, self.genai = _load()

@@ -71,9 +71,22 @@ Engine level -- a black box, no coin access (capability "engine"):
                         acceptance law is tested per step, not only in total)
     draft_schedule      optional attribute: how many drafts each step makes, one of
                         `reference.acceptance.SCHEDULES` ("fixed": kappa every step; "capped": the
-                        prefill emits the first token, then min(kappa, tokens left - 1)); without
-                        it the acceptance law is not tested (listed as not covered); another value
-                        is an error
+                        prefill emits the first token, then min(kappa, tokens left - 1);
+                        "tokens-left": min(kappa, tokens left - 1) from the first step; "to-length":
+                        min(kappa, tokens left) from the first step; "prefill-to-length": the prefill
+                        emits the first token, then min(kappa, tokens left); "prefill-fixed": the prefill
+                        emits the first token, then kappa); without it the acceptance law is not tested
+                        (listed as not covered); another value is an error
+    verify_rule         optional attribute: how the engine keeps a draft, one of
+                        `reference.acceptance.RULES`: "chain" (the default: min(1, p/q)) or
+                        "sample-match" (the target samples each position, a draft is kept while it
+                        equals the sample); the acceptance law is computed for it; another value is
+                        an error
+    draft_sampling      optional attribute: "sampled" (the default: drafts drawn from the draft's
+                        transformed row) or "argmax" (the draft's argmax whatever the transform, q
+                        one-hot: vLLM's draft_sample_method="greedy"); another value is an error
+    acceptance_skip     optional attribute: a sentence saying why the adapter has no draft_schedule
+                        (what its engine's API lacks), put in the acceptance row's SKIP
     acceptance_knobs    optional attribute: the knobs generate takes for the metamorphic acceptance
                         rows (`checks.acceptance_invariance`), names from its KNOBS: "prefix_cache"
                         (knobs={"prefix_cache": "cold" | "warm"}: no prefix-cache reuse, or the prompt
@@ -245,6 +258,7 @@ def check_adapter(adapter, what: str) -> None:
         check_features(adapter, what)
     check_processors(adapter, what, caps)
     check_draft_schedule(adapter, what)
+    check_verify_rule(adapter, what)
     check_acceptance_knobs(adapter, what, caps)
 
 
@@ -274,6 +288,19 @@ def check_draft_schedule(adapter, what: str) -> None:
     schedule = getattr(adapter, "draft_schedule", None)
     if schedule is not None and schedule not in SCHEDULES:
         raise AdapterError(f"{what}: draft_schedule {schedule!r} is not one of {', '.join(SCHEDULES)}")
+
+
+def check_verify_rule(adapter, what: str) -> None:
+    """The `verify_rule` declaration, if any (and not None): one of `reference.acceptance.RULES`."""
+    from specverify.errors import AdapterError
+    from specverify.reference.acceptance import RULES
+    rule = getattr(adapter, "verify_rule", None)
+    if rule is not None and rule not in RULES:
+        raise AdapterError(f"{what}: verify_rule {rule!r} is not one of {', '.join(RULES)}")
+    from specverify.reference.acceptance import DRAFT_SAMPLING
+    sampling = getattr(adapter, "draft_sampling", None)
+    if sampling is not None and sampling not in DRAFT_SAMPLING:
+        raise AdapterError(f"{what}: draft_sampling {sampling!r} is not one of {', '.join(DRAFT_SAMPLING)}")
 
 
 def check_acceptance_knobs(adapter, what: str, caps) -> None:

@@ -100,6 +100,8 @@ KV_BYTES = 64 << 20
 MAX_MODEL_LEN = 64
 MAX_NUM_SEQS = 256
 DRAFTED, ACCEPTED = "vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens"
+DRAFTS = "vllm:spec_decode_num_drafts"                       # verify steps (requests with >= 1 draft, per step)
+PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"     # a vector: accepted at draft position i
 
 
 def _environment() -> None:
@@ -167,13 +169,23 @@ def expand_shim_ok() -> bool:
 
 def spec_counts(llm) -> tuple[int, int]:
     """(draft tokens, accepted tokens) summed over vLLM's Prometheus counters."""
-    drafted = accepted = 0
+    c = spec_counters(llm)
+    return c["drafted"], c["accepted"]
+
+
+def spec_counters(llm) -> dict:
+    """vLLM's spec-decode counters now: {"drafted", "accepted", "drafts", "per_pos": [accepted at position i]}."""
+    out = {"drafted": 0, "accepted": 0, "drafts": 0, "per_pos": []}
     for m in llm.get_metrics():
         if m.name == DRAFTED:
-            drafted += int(m.value)
+            out["drafted"] += int(m.value)
         elif m.name == ACCEPTED:
-            accepted += int(m.value)
-    return drafted, accepted
+            out["accepted"] += int(m.value)
+        elif m.name == DRAFTS:
+            out["drafts"] += int(m.value)
+        elif m.name == PER_POS:
+            out["per_pos"] = [int(v) for v in getattr(m, "values", [])]
+    return out
 
 
 def speculative_config(method: str, kappa: int, draft_folder) -> dict | None:
@@ -312,6 +324,21 @@ class VllmCpuEngine:
         if method not in METHODS:
             raise InputError(f"unknown vLLM speculative method {method!r}; known: {', '.join(METHODS)}")
         self.method, self.fixed = method, fixed
+        if method in (DRAFT, PROBABILISTIC):
+            # the prefill samples the first token; every later step drafts kappa (the scheduler never caps
+            # drafts by max_tokens: scheduler.py schedules request.spec_token_ids whole), and the counters count
+            # the whole verified chunk before the output is cut to max_tokens
+            self.draft_schedule = "prefill-fixed"
+            self.draft_sampling = "argmax" if method == DRAFT else "sampled"
+        elif method == NGRAM:
+            self.acceptance_skip = (
+                "vLLM's n-gram proposer drafts the tokens that follow a match of the last 1..3 tokens in one "
+                "span, not the reference's LookupDrafter (one token per draft position, re-matched after each): "
+                "no exact law of its drafts is implemented")
+        else:
+            self.acceptance_skip = (
+                "block verification accepts more than the chain rule by design and its acceptance law is not "
+                "implemented (reference.acceptance has the chain and sample-match rules)")
         self.name = "vllm-cpu-engine" + ("" if method == DRAFT else f"-{method}") + ("-fixed" if fixed else "")
         self.engines = Engines(fixed)
         self.version = (installed.version("vllm-cpu") or "unknown")
@@ -339,15 +366,21 @@ class VllmCpuEngine:
                       **sampling_kwargs(processors, int(target.vocab_size)))
         params = [SP(n=1, seed=int(seed) + i, **common) for i in range(int(n))]
         prompts = [self.engines.TokensPrompt(prompt_token_ids=[int(t) for t in prompt])] * int(n)
-        d0, a0 = spec_counts(llm)
+        c0 = spec_counters(llm)
         outs = llm.generate(prompts, params, use_tqdm=False)
-        d1, a1 = spec_counts(llm)
+        c1 = spec_counters(llm)
         tokens = np.full((int(n), int(length)), PAD, np.int64)
         for i, out in enumerate(outs):
             ids = list(out.outputs[0].token_ids)[: int(length)]
             tokens[i, :len(ids)] = ids
-        info = {"num_drafted": d1 - d0, "num_accepted": a1 - a0} if self.method == PROBABILISTIC else {}
-        return tokens, info
+        # greedy drafting with draft = target accepts x with p(x) < 1: the identity rows' premise (q = p) does
+        # not hold, so no counters for them; with a real draft the acceptance law (argmax drafts) applies
+        counted = self.method == PROBABILISTIC or (self.method == DRAFT and draft is not target)
+        if not counted:
+            return tokens, {}
+        per_pos = [b - a for a, b in zip(c0["per_pos"] or [0] * len(c1["per_pos"]), c1["per_pos"])]
+        return tokens, {"num_drafted": c1["drafted"] - c0["drafted"], "num_accepted": c1["accepted"] - c0["accepted"],
+                        "num_verifies": c1["drafts"] - c0["drafts"], "accepted_per_pos": per_pos}
 
 
 def cache_root() -> Path:

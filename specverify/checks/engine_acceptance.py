@@ -65,13 +65,16 @@ def runs_of(ctx) -> int:
     return max(MIN_RUNS, int(ctx.samples) // RUNS_DIVISOR)
 
 
-def exact_law(target, draft, transform: Transform, schedule: str, ctx=None) -> law_mod.RunAcceptanceLaw:
+def exact_law(target, draft, transform: Transform, schedule: str, ctx=None,
+              rule: str = law_mod.CHAIN, sampling: str = law_mod.SAMPLED) -> law_mod.RunAcceptanceLaw:
     """The exact trace law of the battery's runs (memoised in the audit's state when `ctx` is given)."""
     def build():
-        return law_mod.run_acceptance_law(target, draft, SETUP.prompt, SETUP.kappa, SETUP.length, transform, schedule)
+        drafter = law_mod.ArgmaxDraft(draft) if sampling == law_mod.ARGMAX else draft
+        return law_mod.run_acceptance_law(target, drafter, SETUP.prompt, SETUP.kappa, SETUP.length, transform,
+                                          schedule, rule)
     if ctx is None:
         return build()
-    key = ("engine-acceptance", harness.law_key(target), harness.law_key(draft), transform, schedule,
+    key = ("engine-acceptance", harness.law_key(target), harness.law_key(draft), transform, schedule, rule, sampling,
            SETUP.prompt, SETUP.kappa, SETUP.length)
     return ctx.state.shared.law(key, build)
 
@@ -103,7 +106,7 @@ def summary(law: law_mod.RunAcceptanceLaw, obs: Observed, level: float) -> dict:
             "r_observed": obs.r, "r_exact": [float(x) for x in law.r()], "direction": test.direction,
             "p_total": test.p_value, "kappa": kappa, "c": c, "S_observed": s_obs, "S_exact": s_exact,
             "speedup_loss": 1.0 - s_obs / s_exact if s_exact > 0 else float("nan"),
-            "break_even_E": 1.0 + kappa * c, "schedule": law.schedule}
+            "break_even_E": 1.0 + kappa * c, "schedule": law.schedule, "rule": law.rule}
 
 
 def describe(acc: dict) -> str:
@@ -162,6 +165,13 @@ def total_row(name: str, info: dict, n: int, law: law_mod.RunAcceptanceLaw, seco
     """The exact test of the total accepted drafts of n runs."""
     accepted = int(info["num_accepted"])
     verifies = info.get("num_verifies")
+    drafted = info.get("num_drafted")
+    if (law.schedule in (law_mod.FIXED, law_mod.PREFILL_FIXED) and verifies is not None and drafted is not None
+            and int(drafted) != law.kappa * int(verifies)):
+        return CheckResult(name, FAIL, n=n, exact=True, seconds=seconds,
+                           detail=f"the engine drafted {int(drafted)} tokens in {int(verifies)} verify steps, not "
+                                  f"kappa = {law.kappa} each: its declared schedule {law.schedule!r} is not what it does",
+                           data={"num_drafted": int(drafted), "num_verifies": int(verifies)})
     if verifies is None and law.schedule == law_mod.FIXED and info.get("num_drafted") is not None:
         verifies = int(info["num_drafted"]) // law.kappa           # every verify drafts kappa
     obs = Observed(n, accepted, float(verifies) if verifies is not None else n * law.mean_verifies, verifies is not None)
@@ -188,11 +198,21 @@ def ci_of(traces, level: float) -> list:
     return [e - half, e + half]
 
 
+def verify_rule(engine) -> str:
+    """The adapter's declared verify rule (`reference.acceptance.RULES`; "chain" when not declared)."""
+    return getattr(engine, "verify_rule", None) or law_mod.CHAIN
+
+
+def draft_sampling(engine) -> str:
+    """How the adapter's drafts are drawn (`reference.acceptance.DRAFT_SAMPLING`; "sampled" when not declared)."""
+    return getattr(engine, "draft_sampling", None) or law_mod.SAMPLED
+
+
 def greedy_row(engine, ctx, target, draft, schedule: str) -> CheckResult:
     """Temperature 0: every run has the one trace of the exact (deterministic) law."""
     name = f"engine.acceptance_greedy[toy V={SETUP.vocab} L={SETUP.length} kappa={SETUP.kappa}, {schedule}]"
     transform = Transform(temperature=0.0)
-    law = exact_law(target, draft, transform, schedule, ctx)
+    law = exact_law(target, draft, transform, schedule, ctx)        # greedy: one rule whatever the declared one
     with Timer() as t:
         _, info = generate(engine, "engine", ctx, name, target=target, draft=draft, prompt=SETUP.prompt,
                            kappa=SETUP.kappa, transform=transform, seed=3, n=GREEDY_RUNS, length=SETUP.length)
@@ -230,13 +250,18 @@ def run(engine, ctx) -> list[CheckResult]:
                             detail="not an engine-level adapter (no generate)")]
     schedule = getattr(engine, "draft_schedule", None)
     if schedule not in law_mod.SCHEDULES:
+        why = getattr(engine, "acceptance_skip", None)      # the adapter's own account of what its API lacks
         return [CheckResult(f"engine.acceptance[{base}]", SKIP, exact=True,
                             detail=f"the adapter declares no draft_schedule (one of {', '.join(law_mod.SCHEDULES)}): "
-                                   f"the acceptance law depends on how many drafts each step makes",
+                                   f"the acceptance law depends on how many drafts each step makes"
+                                   + (f"; {why}" if why else ""),
                             data={"not_covered": ["draft_schedule"]})]
     target, draft = harness.models(engine, SETUP, ctx)
     transform = TRANSFORM
-    law = exact_law(target, draft, transform, schedule, ctx)
+    rule, sampling = verify_rule(engine), draft_sampling(engine)
+    law = exact_law(target, draft, transform, schedule, ctx, rule, sampling)
+    label = ", ".join([schedule] + ([rule] if rule != law_mod.CHAIN else [])              # in the row's name
+                      + ([f"{sampling} drafts"] if sampling != law_mod.SAMPLED else []))
     n = runs_of(ctx)
     seed = int(ctx.draws("engine_acceptance", "law").integers(2**31))
     with Timer() as t:
@@ -250,9 +275,9 @@ def run(engine, ctx) -> list[CheckResult]:
             rows.append(CheckResult(f"engine.acceptance[{base}, per-step]", FAIL, n=n, exact=True, seconds=t.seconds,
                                     detail=f"generate() gave {len(traces)} traces for {n} runs"))
         else:
-            rows.append(trace_row(f"engine.acceptance[{base}, {schedule}, per-step]", traces, law, t.seconds, ctx))
+            rows.append(trace_row(f"engine.acceptance[{base}, {label}, per-step]", traces, law, t.seconds, ctx))
     elif info.get("num_accepted") is not None:
-        rows.append(total_row(f"engine.acceptance[{base}, {schedule}, totals]", info, n, law, t.seconds, ctx))
+        rows.append(total_row(f"engine.acceptance[{base}, {label}, totals]", info, n, law, t.seconds, ctx))
     else:
         rows.append(CheckResult(f"engine.acceptance[{base}]", SKIP, n=n, exact=True, seconds=t.seconds,
                                 detail="generate() reported no num_accepted counter nor verify_counts",
