@@ -97,10 +97,31 @@ def law_worker(mode: str, target: str, draft: str, prompts_path: str, out: str) 
 # ---- the driver (specverify's venv) --------------------------------------------------------------------
 
 def _folders(family: str, vocab: int, seed: int):
+    """(target, draft). The hybrid target's draft is a tiny Llama of the same vocabulary (`llama_draft`):
+    vLLM refuses an LFM2 draft model ("AssertionError: All drafting layers should belong to the same kv
+    cache group": its conv and attention layers are two groups); the target's state is what rolls back."""
     from specverify.models import hybrid, sliding
     if family == "sliding":
         return sliding.pair_folders(None, vocab, seed, hidden=sliding.WIDE)
-    return hybrid.pair_folders(None, vocab, seed, hidden=sliding.WIDE)
+    target, _ = hybrid.pair_folders(None, vocab, seed, hidden=sliding.WIDE)
+    return target, llama_draft(hybrid.root() / f"llama-draft-V{vocab}-s{seed}-h{sliding.WIDE}", vocab, seed + 1)
+
+
+def llama_draft(folder: Path, vocab: int, seed: int) -> Path:
+    """A tiny random Llama folder (hidden WIDE, head_dim 32) over `vocab` tokens, written once (atomically)."""
+    from specverify.models import cache, sliding, tiny
+    if (folder / "config.json").exists():
+        return folder
+    with cache.building(folder), tiny.TORCH_LOCK:
+        if (folder / "config.json").exists():
+            return folder
+        m = tiny.seeded_llama(seed, vocab_size=vocab, hidden_size=sliding.WIDE, intermediate_size=tiny.INTERMEDIATE,
+                              num_hidden_layers=1, num_attention_heads=tiny.HEADS, num_key_value_heads=tiny.KV_HEADS,
+                              max_position_embeddings=tiny.MAX_POSITIONS, tie_word_embeddings=False,
+                              bos_token_id=None, eos_token_id=None, pad_token_id=None)
+        with cache.atomic_folder(folder) as tmp:
+            m.save_pretrained(str(tmp), safe_serialization=True)
+    return folder
 
 
 def _start(python: str, kind: str, mode: str, target, draft, prompts: Path, out: Path) -> dict:
@@ -127,8 +148,8 @@ def run(python: str, out_dir: str, runs: int, families=FAMILIES) -> dict:
     from specverify.battery.window_laws import law_rows
     from specverify.findings.state_families import family_law, greedy_prompts, law_prompts
 
-    work = Path(out_dir) / "work"
-    work.mkdir(parents=True, exist_ok=True)
+    import tempfile
+    work = Path(tempfile.mkdtemp(prefix="state_vllm_cpu-"))           # the workers' prompts and tokens
     result = {"engine": "vllm-cpu", "families": {}}
     for family in families:
         target, draft = _folders(family, VOCAB, SEED)
