@@ -1,9 +1,11 @@
 """Other engines on the state families of issue 28: transformers on the sliding-window family
 (`models.sliding`, MistralForCausalLM with sliding_window) and the hybrid family (`models.hybrid`, LFM2:
-short-convolution state + attention), MLX-LM on the hybrid family.
+short-convolution state + attention), MLX-LM on the hybrid family, llama.cpp (llama-cpp-python) on both
+as GGUF (`models.gguf_state`) and on the sliding family with a wrapping SWA ring ("sliding-ring").
 
     python -m specverify.findings.state_families transformers [--out reports] [--runs 600]
     python -m specverify.findings.state_families mlx [--out reports] [--runs 600]
+    python -m specverify.findings.state_families llamacpp [--out reports] [--runs 600]
 
 Rows, per engine and family (each names what it compares; the engine's own public API, no patching):
 
@@ -19,6 +21,10 @@ Rows, per engine and family (each names what it compares; the engine's own publi
                                           target's token at o + j + 1: its logits vs the single steps' row
     greedy.assisted[<engine>,<family>]    greedy speculative generation with the family's draft model
                                           (kappa KAPPA) vs plain greedy: token-identical
+    greedy.oracle[<engine>,<family>]      (engines with an external-draft hook: llama.cpp's draft_model=) the
+                                          oracle drafter, plain greedy's own next KAPPA tokens, vs plain greedy
+    greedy.adversarial[<engine>,<family>,j=<j>]  the same drafts with chunk position j + 1 wrong: a rejection
+                                          and the engine's rollback at every step; token-identical to plain
     engine.runs[<engine>,<family>,...]    the run law at temperature 1 with the draft model, n runs of LAW_LENGTH
                                           tokens from prompts that put the window's edge at each output
                                           offset, vs the float64 law (`battery.window_laws.law_rows`,

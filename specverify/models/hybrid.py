@@ -16,7 +16,8 @@ Why LFM2 (checked with transformers 5.24.0 on CPU): its short convolution has a 
 cache (`Lfm2HybridConvCache`) records past conv states, so assisted generation can crop it. Its state is
 the simplest recurrent state an engine must roll back: after a rejection the conv state must hold the
 inputs of the last accepted positions, not the rejected drafts'. MLX-LM 0.32.2 has an `lfm2` model
-(its `ArraysCache` for the conv state); llama.cpp converts LFM2 (arch "lfm2").
+(its `ArraysCache` for the conv state); llama.cpp has arch "lfm2" (`models.gguf_state.export_hybrid`);
+vLLM has `Lfm2ForCausalLM` (it reads `conv_dim`, written here, and needs head_dim >= 32 on CPU: `hidden`).
 
 The float32 forward and the float64 law differ by a measured amount stated in docs/sliding-window.md
 ("The hybrid family"), far below any law check's power.

