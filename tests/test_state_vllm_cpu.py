@@ -9,13 +9,29 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
+
+
+class NextLaw:
+    """A stand-in float64 law whose greedy continuation is last token + 1 (mod V), top-2 margin 1."""
+
+    def logits(self, prefix):
+        out = np.zeros(16)
+        out[(prefix[-1] + 1) % 16] = 1.0
+        return out
+
+
+def _law_greedy(prompts, n):
+    return [[(p[-1] + 1 + k) % 16 for k in range(n)] for p in prompts]
 
 
 @pytest.fixture()
 def work(tmp_path, monkeypatch):
+    from specverify.findings import state_families as sf
     from specverify.findings import state_vllm_cpu as sv
     monkeypatch.setattr(sv, "_folders", lambda family, vocab, seed: (tmp_path / "target", tmp_path / "draft"))
+    monkeypatch.setattr(sf, "family_law", lambda family, folder: NextLaw())
     w = tmp_path / "work"
     w.mkdir()
     return w
@@ -26,30 +42,37 @@ def _plant(work, name, **res):
 
 
 def test_greedy_rows_pass_on_identical_runs_and_fail_on_a_difference(work, tmp_path):
+    from specverify.findings import state_families as sf
     from specverify.findings import state_vllm_cpu as sv
-    runs = [[1, 2, 3], [4, 5, 6]]
+    runs = _law_greedy(sf.greedy_prompts(sv.VOCAB), 3)
     _plant(work, "sliding-plain.json", greedy=runs)
     _plant(work, "sliding-spec.json", greedy=runs)
     _plant(work, "sliding-law-spec.json", error="AssertionError: planted refusal")
     res = sv.run("/nonexistent/python", str(tmp_path), 4, ("sliding",), work)
     fam = res["families"]["sliding"]
-    assert [(r["name"], r["verdict"]) for r in fam["rows"]] == [("greedy.spec[vllm-cpu,sliding]", "pass")]
+    assert [(r["name"], r["verdict"]) for r in fam["rows"]] == [("greedy.spec[vllm-cpu,sliding]", "pass"),
+                                                                ("greedy.law[vllm-cpu-plain,sliding]", "pass")]
     assert fam["notes"] == ["law spec: LLM(...) failed: AssertionError: planted refusal"]
 
-    _plant(work, "sliding-spec.json", greedy=[[1, 2, 3], [4, 7, 6]])
-    fam = sv.run("/nonexistent/python", str(tmp_path), 4, ("sliding",), work)["families"]["sliding"]
-    row = fam["rows"][0]
-    assert row["verdict"] == "fail" and "prompt 1 output 1" in row["detail"]
+    wrong = [list(r) for r in runs]
+    wrong[1][1] = (wrong[1][1] + 5) % 16
+    _plant(work, "sliding-plain.json", greedy=wrong)                  # plain off the law and off the spec run
+    _plant(work, "sliding-spec.json", greedy=runs)
+    rows = {r["name"]: r for r in sv.run("/nonexistent/python", str(tmp_path), 4, ("sliding",), work)["families"]["sliding"]["rows"]}
+    spec, law = rows["greedy.spec[vllm-cpu,sliding]"], rows["greedy.law[vllm-cpu-plain,sliding]"]
+    assert spec["verdict"] == "fail" and "prompt 1 output 1" in spec["detail"]
+    assert law["verdict"] == "fail" and "prompt 1 output 1" in law["detail"] and "margin 1" in law["detail"]
 
 
 def test_a_refused_engine_gives_notes_and_no_greedy_row(work, tmp_path):
     from specverify.findings import state_vllm_cpu as sv
-    _plant(work, "hybrid-plain.json", greedy=[[1]])
     _plant(work, "hybrid-spec.json", error="NotImplementedError: planted")
+    _plant(work, "hybrid-plain.json", error="NotImplementedError: planted")
     _plant(work, "hybrid-law-spec.json", error="NotImplementedError: planted")
     fam = sv.run("/nonexistent/python", str(tmp_path), 4, ("hybrid",), work)["families"]["hybrid"]
     assert fam["rows"] == []
-    assert fam["notes"][0] == "spec: LLM(...) failed: NotImplementedError: planted"
+    assert fam["notes"][:2] == ["plain: LLM(...) failed: NotImplementedError: planted",
+                                "spec: LLM(...) failed: NotImplementedError: planted"]
 
 
 def test_bad_input_is_one_line_and_exit_2(capsys):

