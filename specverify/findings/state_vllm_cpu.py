@@ -37,7 +37,7 @@ KAPPA = 3
 GREEDY_TOKENS = 24
 LAW_KAPPA, LAW_LENGTH = 2, 3
 VOCAB, LAW_VOCAB, SEED = 16, 4, 0
-FAMILIES = ("sliding", "hybrid")
+FAMILIES = ("sliding", "hybrid-tied", "hybrid")   # hybrid: LFM2 with its own head; hybrid-tied: head = embedding
 WORKER_TIMEOUT_S = 900
 ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
@@ -100,13 +100,16 @@ def law_worker(mode: str, target: str, draft: str, prompts_path: str, out: str) 
 # ---- the driver (specverify's venv) --------------------------------------------------------------------
 
 def _folders(family: str, vocab: int, seed: int):
-    """(target, draft). The hybrid target's draft is a tiny Llama of the same vocabulary (`llama_draft`):
+    """(target, draft). A hybrid target's draft is a tiny Llama of the same vocabulary (`llama_draft`):
     vLLM refuses an LFM2 draft model ("AssertionError: All drafting layers should belong to the same kv
-    cache group": its conv and attention layers are two groups); the target's state is what rolls back."""
+    cache group": its conv and attention layers are two groups); the target's state is what rolls back.
+    "hybrid" is the family's own form (a separate head), "hybrid-tied" the head-is-embedding form: vLLM
+    0.32.0's Lfm2ForCausalLM ties its head to the embedding whatever the config says (models/lfm2.py,
+    `self.lm_head.tie_weights(self.model.embed_tokens)`)."""
     from specverify.models import hybrid, sliding
     if family == "sliding":
         return sliding.pair_folders(None, vocab, seed, hidden=sliding.WIDE)
-    target, _ = hybrid.pair_folders(None, vocab, seed, hidden=sliding.WIDE)
+    target, _ = hybrid.pair_folders(None, vocab, seed, hidden=sliding.WIDE, tied=family == "hybrid-tied")
     return target, llama_draft(hybrid.root() / f"llama-draft-V{vocab}-s{seed}-h{sliding.WIDE}", vocab, seed + 1)
 
 
@@ -140,8 +143,11 @@ def _start(python: str, kind: str, mode: str, target, draft, prompts: Path, out:
     except subprocess.TimeoutExpired:
         return {"error": f"worker timed out after {WORKER_TIMEOUT_S} s"}
     if not out.exists():
-        tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
-        return {"error": f"worker exited {p.returncode}: {' | '.join(tail)}"}
+        lines = (p.stderr or p.stdout).strip().splitlines()
+        err = next((ln for ln in reversed(lines) if "Error" in ln and not ln.startswith(" ")), lines[-1] if lines else "")
+        res = {"error": f"worker exited {p.returncode}: {err.strip()[:300]}"}
+        out.write_text(json.dumps(res))
+        return res
     res = json.loads(out.read_text())
     res["wall_s"] = time.time() - t
     return res
@@ -214,6 +220,9 @@ def run(python: str, out_dir: str, runs: int, families=FAMILIES, work=None, plai
                                               f"greedy.law[vllm-cpu-plain,{family}]"))
         law = None
         for mode in ("plain", "spec") if plain_law else ("spec",):
+            if mode == "spec" and "error" in spec:
+                fam["notes"].append("law spec: not run (the speculative engine failed on the greedy prompts)")
+                continue
             r = _start(python, "law_worker", mode, lt, ld, prompts, work / f"{family}-law-{mode}.json")
             if "error" in r:
                 fam["notes"].append(f"law {mode}: LLM(...) failed: {r['error']}")
