@@ -257,7 +257,7 @@ def run(python: str, out_dir: str, runs: int, families=FAMILIES, work=None, plai
         with_plain = plain_law or (work / f"{family}-law-plain.json").exists()       # kept from an earlier run
         for mode in ("plain", "spec", "spec-fixed") if with_plain else ("spec", "spec-fixed"):
             if mode.startswith("spec") and "error" in spec:
-                fam["notes"].append("law spec: not run (the speculative engine failed on the greedy prompts)")
+                fam["notes"].append(f"law {mode}: not run (the speculative engine failed on the greedy prompts)")
                 continue
             r = _start(python, "law_worker", mode, lt, ld, prompts, work / f"{family}-law-{mode}.json")
             if "error" in r:
