@@ -218,45 +218,59 @@ def _panel_q8_0(qx, dx, xs, u, d, out, p, mode):
 
 
 # One compiled function per (block type, threads, MODE): MODE is a compile-time constant of the
-# integer block sums (HOST_MODE in use; MODE_GENERIC is also run by the tests on a VNNI host).
+# integer block sums (HOST_MODE in use; MODE_GENERIC is also run by the tests on a VNNI host). Each
+# allocates its scratch (qx, dx, sx, xs) itself: one launch is one call from Python.
+
+@njit(inline="always", **JIT)
+def _scratch(x):
+    m, k = x.shape
+    return (np.empty((m, k), np.int8), np.empty((m, k // BLOCK), np.float32),
+            np.empty((m, k // BLOCK), np.float32), np.empty((m, k // BLOCK), np.int32))
+
 
 @njit(**JIT)
-def _q4_1_serial(x, qx, dx, sx, xs, nib, d, mn, out):
+def _q4_1_serial(x, nib, d, mn, out):
+    qx, dx, sx, xs = _scratch(x)
     _quantize(x, qx, dx, sx, xs)
     for p in range(nib.shape[0]):
         _panel_q4_1(qx, dx, sx, nib, d, mn, out, p, HOST_MODE)
 
 
 @njit(parallel=True, **JIT)
-def _q4_1_parallel(x, qx, dx, sx, xs, nib, d, mn, out):
+def _q4_1_parallel(x, nib, d, mn, out):
+    qx, dx, sx, xs = _scratch(x)
     _quantize(x, qx, dx, sx, xs)
     for p in prange(nib.shape[0]):
         _panel_q4_1(qx, dx, sx, nib, d, mn, out, p, HOST_MODE)
 
 
 @njit(**JIT)
-def _q8_0_serial(x, qx, dx, sx, xs, u, d, out):
+def _q8_0_serial(x, u, d, out):
+    qx, dx, sx, xs = _scratch(x)
     _quantize(x, qx, dx, sx, xs)
     for p in range(u.shape[0]):
         _panel_q8_0(qx, dx, xs, u, d, out, p, HOST_MODE)
 
 
 @njit(parallel=True, **JIT)
-def _q8_0_parallel(x, qx, dx, sx, xs, u, d, out):
+def _q8_0_parallel(x, u, d, out):
+    qx, dx, sx, xs = _scratch(x)
     _quantize(x, qx, dx, sx, xs)
     for p in prange(u.shape[0]):
         _panel_q8_0(qx, dx, xs, u, d, out, p, HOST_MODE)
 
 
 @njit(**JIT)
-def _q4_1_generic(x, qx, dx, sx, xs, nib, d, mn, out):
+def _q4_1_generic(x, nib, d, mn, out):
+    qx, dx, sx, xs = _scratch(x)
     _quantize(x, qx, dx, sx, xs)
     for p in range(nib.shape[0]):
         _panel_q4_1(qx, dx, sx, nib, d, mn, out, p, MODE_GENERIC)
 
 
 @njit(**JIT)
-def _q8_0_generic(x, qx, dx, sx, xs, u, d, out):
+def _q8_0_generic(x, u, d, out):
+    qx, dx, sx, xs = _scratch(x)
     _quantize(x, qx, dx, sx, xs)
     for p in range(u.shape[0]):
         _panel_q8_0(qx, dx, xs, u, d, out, p, MODE_GENERIC)
@@ -279,13 +293,7 @@ def linear(x: np.ndarray, packed: tuple, n: int, k: int, parallel: bool = False,
     m = x.shape[0]
     if x.shape[1] != k:
         raise ValueError(f"linear: x has {x.shape[1]} columns, the weight {k}")
-    panels = packed[1].shape[0]
-    out = np.empty((m, panels * PANEL_N), np.float32)
+    out = np.empty((m, packed[1].shape[0] * PANEL_N), np.float32)
     if m:
-        qx = np.empty((m, k), np.int8)
-        dx = np.empty((m, k // BLOCK), np.float32)
-        sx = np.empty((m, k // BLOCK), np.float32)
-        xs = np.empty((m, k // BLOCK), np.int32)
-        fn = _kernel(packed[0], parallel, HOST_MODE if mode is None else mode)
-        fn(x, qx, dx, sx, xs, *packed[1:], out)
+        _kernel(packed[0], parallel, HOST_MODE if mode is None else mode)(x, *packed[1:], out)
     return out if out.shape[1] == n else np.ascontiguousarray(out[:, :n])
