@@ -248,6 +248,26 @@ def test_bench_path_and_threads_reach_the_q8_backend():
         check_paths("q9")
 
 
+def test_a_parallel_backend_splits_only_launches_of_at_least_parallel_min_work(monkeypatch):
+    """InvariantBackend(parallel=True) hands `parallel` to a kernel only for a launch of at least
+    PARALLEL_MIN_WORK multiply-adds (SmolLM2: the head at M = 1..4, not its layers), and the split
+    launch gives the serial bits."""
+    from specverify.kernels import cpu_backend
+    from specverify.kernels.cpu_backend import PARALLEL_MIN_WORK, InvariantBackend
+    seen = []
+    real = cpu_linear_q8.linear
+    monkeypatch.setattr(cpu_linear_q8, "linear", lambda x, p, n, k, parallel=False: seen.append(parallel) or real(x, p, n, k, parallel))
+    par, ser = InvariantBackend(parallel=True, activations="q8"), InvariantBackend(activations="q8")
+    small = random_blocks(quant.Q4_1, 64, 576, np.random.default_rng(0))              # 1 x 64 x 576 < the floor
+    big = random_blocks(quant.Q8_0, PARALLEL_MIN_WORK // 576 + 32, 576, np.random.default_rng(1))
+    x = torch.randn(1, 576, generator=torch.Generator().manual_seed(2))
+    for w in (small, big):
+        assert torch.equal(par.linear(x, w), ser.linear(x, w))
+    assert seen == [False, False, True, False]
+    assert not cpu_backend._split(True, PARALLEL_MIN_WORK - 1) and cpu_backend._split(True, PARALLEL_MIN_WORK)
+    assert not cpu_backend._split(False, PARALLEL_MIN_WORK)
+
+
 @pytest.mark.slow
 def test_real_model_on_q8_speculative_logits_are_plain_decodes_bit_for_bit():
     """SmolLM2 on invariant-q8, two requests batched: every logits row n-gram speculation (4-row
