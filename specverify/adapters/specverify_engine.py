@@ -187,6 +187,15 @@ class SpecverifyQ8(SpecverifyEngine):
     processors = set()                  # engine level only: not offered here
     acceptance_knobs = set()
     audit_defaults = {"timeout": 3600.0, "size": "quick"}
+
+    def bitwise_models(self):
+        """The real model only: the tiny fallback's fp32 weights would take invariant-q8's exact
+        fp32 kernel, and its rows would test nothing of the 8-bit path."""
+        from specverify.errors import InputError
+        from specverify.models import smollm2
+        if not smollm2.available():
+            raise InputError(f"specverify-q8 audits SmolLM2-135M's quantized weights: {REAL_MODEL_HINT}")
+        return super().bitwise_models()
     bitwise_subject = "invariant-q8"
 
 
