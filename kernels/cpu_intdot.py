@@ -215,6 +215,27 @@ def block_q4_1(typingctx, x, i, ldx, nib, j, isum, rows, mode):
     return sig, lambda context, builder, sig, args: _block(context, builder, sig, args, _q4_1_steps, QUAD * PANEL_N * QUAD_STEPS // 2)
 
 
+_HALFS = ir.VectorType(ir.HalfType(), PANEL_N)
+_F32S = ir.VectorType(ir.FloatType(), PANEL_N)
+
+
+@intrinsic
+def widen_f16(typingctx, h, j, out):
+    """out[0 .. 31] = float32(h[j .. j+31]): 32 IEEE half-precision scales (h a uint16 array of
+    their bits) widened to float32 -- exact, every half is a float32 (`fpext`, `vcvtph2ps` with
+    F16C). The packed scales stay at the file's 2 bytes each: a step streams fewer bytes."""
+    if not (isinstance(h, types.Array) and h.dtype == types.uint16 and isinstance(j, types.Integer)
+            and out == types.CPointer(types.float32)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        src = builder.bitcast(_ptr(context, builder, sig.args[0], args[0], args[1]), _HALFS.as_pointer())
+        wide = builder.fpext(builder.load(src, align=2), _F32S)
+        builder.store(wide, builder.bitcast(args[2], _F32S.as_pointer()), align=4)
+        return context.get_dummy_value()
+    return types.void(h, j, out), codegen
+
+
 @intrinsic
 def stack_i32(typingctx, n):
     """An int32 scratch buffer of compile-time size n on the stack (see `cpu_common.stack_f32`)."""

@@ -37,8 +37,9 @@ the unquantised x is `accuracy.linear_q8`.
 
 Layout (`pack`, built once per weight at first use and kept on it under `PACK_KEY`): panels of
 PANEL_N = 32 output columns with k-quads interleaved (`cpu_intdot` spells the index maps), and
-the block scales d (and Q4_1's minimums m) as [P, K/32, 32] float32; columns past N are zero and
-dropped. The bytes per weight are the file's (Q4_1 0.75, Q8_0 1.125 with the fp32 scales).
+the block scales d (and Q4_1's minimums m) as the file's IEEE halves [P, K/32, 32] (widened to
+float32 in the kernel, exactly: `cpu_intdot.widen_f16`); columns past N are zero and dropped. The
+bytes per weight are the file's (Q4_1 0.625, Q8_0 1.0625).
 Per row and block the kernel takes the 32 columns' integer sums in one `cpu_intdot` call (vector
 registers; each 128-byte weight quad unpacked once for up to 4 rows), then does the fp32
 combination above on 32 lanes.
@@ -53,7 +54,7 @@ from numba import njit, prange
 
 from .cpu_common import JIT, carray, stack_f32
 from .cpu_intdot import (HOST_MODE, MAX_ROWS as ROW_BLOCK, MODE_GENERIC, PANEL_N, Q8_0_OFFSET, QUAD, QUAD_STEPS,
-                         block_q4_1, block_q8_0, stack_i32)
+                         block_q4_1, block_q8_0, stack_i32, widen_f16)
 from .quant import BLOCK, Q4_1, QMAX, QuantizedWeight
 
 PACK_KEY = "cpu-q8"
@@ -125,20 +126,27 @@ def _panels(a: np.ndarray, n: int) -> np.ndarray:
     return padded.reshape((p, PANEL_N) + a.shape[1:])
 
 
+def _half_panels(a: np.ndarray, n: int) -> np.ndarray:
+    """[N, K/32] float32 scales (the file's halves, widened) -> the bits of the halves as uint16
+    [P, K/32, 32]; refuses a value that is not a half (the kernel widens them back exactly)."""
+    h = a.astype(np.float16)
+    if not np.array_equal(h.astype(np.float32), a, equal_nan=True):
+        raise ValueError("pack: a block scale is not an IEEE half (GGUF stores them as halves)")
+    return np.ascontiguousarray(_panels(h.view(np.uint16), n).transpose(0, 2, 1))
+
+
 def pack(weight: QuantizedWeight) -> tuple:
     """The k-quad-interleaved panels of `weight` (module docstring, index maps in `cpu_intdot`):
     (kind, weights, d[, m]) with weights uint8 [P, K/32, 8, 32, 4] (Q8_0: q + 128) or uint8
-    [P, K/32, 4, 32, 4] (Q4_1: the GGUF nibble bytes), d and m float32 [P, K/32, 32]."""
+    [P, K/32, 4, 32, 4] (Q4_1: the GGUF nibble bytes), d and m the halves' bits, uint16 [P, K/32, 32]."""
     nb = weight.k // BLOCK
     if weight.kind == Q4_1:
         nib = _panels(weight.blocks[:, :, 4:].reshape(weight.n, nb, QUAD_STEPS // 2, QUAD), weight.n)   # [P, 32, nb, 4, 4]
-        return (Q4_1, np.ascontiguousarray(nib.transpose(0, 2, 3, 1, 4)),
-                np.ascontiguousarray(_panels(weight.d, weight.n).transpose(0, 2, 1)),
-                np.ascontiguousarray(_panels(weight.m, weight.n).transpose(0, 2, 1)))
+        return (Q4_1, np.ascontiguousarray(nib.transpose(0, 2, 3, 1, 4)), _half_panels(weight.d, weight.n),
+                _half_panels(weight.m, weight.n))
     u = (weight.q().astype(np.int16) + Q8_0_OFFSET).astype(np.uint8)                        # [N, K] 0..255
     u = _panels(u.reshape(weight.n, nb, QUAD_STEPS, QUAD), weight.n)                           # [P, 32, nb, 8, 4]
-    return (weight.kind, np.ascontiguousarray(u.transpose(0, 2, 3, 1, 4)),
-            np.ascontiguousarray(_panels(weight.d, weight.n).transpose(0, 2, 1)))
+    return (weight.kind, np.ascontiguousarray(u.transpose(0, 2, 3, 1, 4)), _half_panels(weight.d, weight.n))
 
 
 @njit(inline="always", **JIT)
@@ -148,16 +156,22 @@ def _rows_q4_1(qx, dx, sx, nib, d, mn, out, p, r0, rows, mode):
     isum_p = stack_i32(_ACC_SIZE)
     isum = carray(isum_p, (ROW_BLOCK, PANEL_N))
     acc = carray(stack_f32(_ACC_SIZE), (ROW_BLOCK, PANEL_N))
+    db_p = stack_f32(PANEL_N)
+    mb_p = stack_f32(PANEL_N)
+    db = carray(db_p, (PANEL_N,))
+    mb = carray(mb_p, (PANEL_N,))
     for r in range(rows):
         for j in range(PANEL_N):
             acc[r, j] = 0.0
     for b in range(nb):
         block_q4_1(qx, r0 * k + b * BLOCK, k, nib, (p * nb + b) * (_PANEL_BLOCK // 2), isum_p, rows, mode)
+        widen_f16(d, (p * nb + b) * PANEL_N, db_p)
+        widen_f16(mn, (p * nb + b) * PANEL_N, mb_p)
         for r in range(rows):
             dxr = dx[r0 + r, b]
             sxr = sx[r0 + r, b]
             for j in range(PANEL_N):
-                acc[r, j] += (d[p, b, j] * dxr) * np.float32(isum[r, j]) + mn[p, b, j] * sxr
+                acc[r, j] += (db[j] * dxr) * np.float32(isum[r, j]) + mb[j] * sxr
     for r in range(rows):
         for j in range(PANEL_N):
             out[r0 + r, p * PANEL_N + j] = acc[r, j]
@@ -170,16 +184,19 @@ def _rows_q8_0(qx, dx, xs, u, d, out, p, r0, rows, mode):
     isum_p = stack_i32(_ACC_SIZE)
     isum = carray(isum_p, (ROW_BLOCK, PANEL_N))
     acc = carray(stack_f32(_ACC_SIZE), (ROW_BLOCK, PANEL_N))
+    db_p = stack_f32(PANEL_N)
+    db = carray(db_p, (PANEL_N,))
     for r in range(rows):
         for j in range(PANEL_N):
             acc[r, j] = 0.0
     for b in range(nb):
         block_q8_0(qx, r0 * k + b * BLOCK, k, u, (p * nb + b) * _PANEL_BLOCK, isum_p, rows, mode)
+        widen_f16(d, (p * nb + b) * PANEL_N, db_p)
         for r in range(rows):
             dxr = dx[r0 + r, b]
             off = xs[r0 + r, b] * np.int32(Q8_0_OFFSET)           # sum_t x (q + 128) - this = sum_t x q
             for j in range(PANEL_N):
-                acc[r, j] += (d[p, b, j] * dxr) * np.float32(np.int32(isum[r, j] - off))
+                acc[r, j] += (db[j] * dxr) * np.float32(np.int32(isum[r, j] - off))
     for r in range(rows):
         for j in range(PANEL_N):
             out[r0 + r, p * PANEL_N + j] = acc[r, j]
