@@ -32,7 +32,12 @@ Using it efficiently (what the engine should know):
     scalar-remainder exps can differ (a row length that is not a multiple of 16 shows it).
   * Threads: by default the kernels run on the calling thread (`InvariantBackend(parallel=True)`
     spreads linear panels and attention heads over numba's threads: same bits, faster on an idle
-    machine, slower on a contended one: numba's OpenMP pool is not torch's).
+    machine, slower on a contended one: numba's OpenMP pool is not torch's). Even then a launch
+    smaller than PARALLEL_MIN_WORK multiply-adds runs on the calling thread: a decode step makes
+    ~200 launches, and a fork-join over threads costs more than a small launch gains (on the
+    shared 2 cores a parallel launch waits for its other thread to be scheduled: the 2-thread bench
+    of every launch in parallel did not finish one prompt in 17 minutes). Which launches split
+    changes who computes a row, never how: the same bits.
 """
 
 from __future__ import annotations
@@ -127,11 +132,13 @@ class InvariantBackend:
         if isinstance(weight, QuantizedWeight):
             n = weight.n
             panels = weight.packed(quantized_kernel.PACK_KEY, lambda: quantized_kernel.pack(weight))
-            y = quantized_kernel.linear(_f32(_rows(x)), panels, n, weight.k, self.parallel)
+            x2 = _f32(_rows(x))
+            y = quantized_kernel.linear(x2, panels, n, weight.k, _split(self.parallel, x2.shape[0] * n * weight.k))
         else:
             packed = weight if isinstance(weight, PackedLinearWeight) else self._lookup(weight)
             n = packed.n
-            y = cpu_linear.linear(_f32(_rows(x)), packed.panels, n, self.parallel)
+            x2 = _f32(_rows(x))
+            y = cpu_linear.linear(x2, packed.panels, n, _split(self.parallel, x2.shape[0] * n * packed.k))
         y = torch.from_numpy(y)
         if x.dim() != 2:
             y = y.reshape(*x.shape[:-1], n)
@@ -172,9 +179,11 @@ class InvariantBackend:
     # ------------------------------------------------------------------ attention
     def attention(self, q, k_cache, v_cache, block_tables, context_lens, cu_seqlens_q, scale: float):
         import torch
+        ctx = context_lens.detach().cpu().numpy()
+        work = q.shape[0] * q.shape[1] * q.shape[2] * int(ctx.max()) if q.shape[0] and ctx.size else 0
         out = cpu_attention.attention(
             _f32(q), _f32(k_cache), _f32(v_cache), block_tables.detach().cpu().numpy(),
-            context_lens.detach().cpu().numpy(), cu_seqlens_q.detach().cpu().numpy(), scale, self.parallel)
+            ctx, cu_seqlens_q.detach().cpu().numpy(), scale, _split(self.parallel, work))
         y = torch.from_numpy(out)
         return y if q.dtype == torch.float32 else y.to(q.dtype)
 
@@ -184,6 +193,16 @@ def _version(t):
         return t._version
     except RuntimeError:       # an inference-mode tensor has no version counter
         return None
+
+
+PARALLEL_MIN_WORK = 1 << 23
+"""Multiply-adds (M N K for a linear, T Hq Dh max-context for attention) below which a launch of a
+parallel backend runs on the calling thread: with SmolLM2 at M = 1..4 only the head (49152 x 576)
+splits; prefill launches all do."""
+
+
+def _split(parallel: bool, work: int) -> bool:
+    return parallel and work >= PARALLEL_MIN_WORK
 
 
 ACTIVATIONS = ("fp32", "q8")

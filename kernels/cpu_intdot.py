@@ -1,32 +1,40 @@
 """Exact integer block sums of a panel of 32 output columns against 32 activations, as numba
 intrinsics written in LLVM vector IR: the inner loop of `cpu_linear_q8`.
 
-    block_q8_0(x16, i, ldx, q, j, isum, R)    isum[32 r + c] = sum_{t<32} x16[i + r ldx + t] * w_c[t]
-    block_q4_1(x16, i, ldx, nib, j, isum, R)  (the same; Q8_0: w int8, Q4_1: w in 0..15)
+    block_q8_0(x, i, ldx, w, j, isum, R, MODE)   isum[32 r + c] = sum_{t<32} x[i + r ldx + t] * u_c[t]
+    block_q4_1(x, i, ldx, nib, j, isum, R, MODE)  (the same)
 
 for the 32 columns c of one panel, one block of 32 weights along K and R <= 4 rows r of x (R a
-compile-time constant: the weights are loaded once for the R rows). x16 holds the rows' 8-bit
-activations widened to int16 (C-contiguous, flat offset i of row 0's block, ldx between rows);
-isum is an int32[32 R] buffer (`stack_i32`). The weights sit at flat offset j of the panel layouts
-`cpu_linear_q8.pack` builds, k-pairs interleaved per column so that one 64-byte load holds two
+compile-time constant: each weight quad is loaded and unpacked once for the R rows). x holds the
+rows' 8-bit activations (int8, C-contiguous, flat offset i of row 0's block, ldx between rows);
+isum is an int32[32 R] buffer (`stack_i32`). u is the weight as stored, an UNSIGNED byte: Q4_1's
+nibble 0..15 (its weight), Q8_0's q + 128 (0..255; `cpu_linear_q8` subtracts 128 * sum_t x[t],
+an exact integer, to get sum x q). The weights sit at flat offset j of the panel layouts
+`cpu_linear_q8.pack` builds, k-quads interleaved per column so that one 128-byte load holds four
 consecutive weights of all 32 columns:
 
-    Q8_0  q   [P, K/32, 16, 32, 2] int8   q[p, b, s, c, e]   = weight 32 b + 2 s + e of column c
-    Q4_1  nib [P, K/32,  8, 32, 2] uint8  nib[p, b, s, c, e] = GGUF byte 2 s + e of column c's block:
-                                          low nibble weight 32 b + 2 s + e, high 32 b + 16 + 2 s + e
+    Q8_0  w   [P, K/32, 8, 32, 4] uint8  w[p, b, s, c, e]   = q(weight 32 b + 4 s + e of column c) + 128
+    Q4_1  nib [P, K/32, 4, 32, 4] uint8  nib[p, b, s, c, e] = GGUF byte 4 s + e of column c's block:
+                                          low nibble weight 32 b + 4 s + e, high 32 b + 16 + 4 s + e
 
-Each k-pair step is: widen the 64 weight bytes to int16, broadcast the activation pair
-(x[k], x[k+1]) as one int32, multiply to int32 and add the even and odd products. That is the
-pattern LLVM lowers to `vpmaddwd` (`vpdpwssd` where the CPU has AVX-512 VNNI or AVX-VNNI): no
-x86 intrinsic is named, so the IR compiles on any target, and the instructions chosen never change
-the result: every product is at most 128 * 127 and a block sum below 32 * 128 * 127 < 2^19 in
-magnitude, so the int32 sums are exact, the same integers in any order of addition. Nothing here
-is floating point.
+Each k-quad step multiplies the 128 unsigned weight bytes by the broadcast signed activation quad
+(x[k] .. x[k+3]) and adds each column's four products into its int32 lane. MODE (a compile-time
+constant) picks how:
+
+    MODE_VNNI     the AVX-512 VNNI instruction `vpdpbusd` (u8 x s8, four products summed into an
+                  int32 lane), named as the LLVM intrinsic llvm.x86.avx512.vpdpbusd.512: 2
+                  instructions a quad step and row; only where the host has AVX-512 VNNI (HOST_MODE)
+    MODE_GENERIC  plain LLVM vector IR (widen, multiply, add the four strided products): compiles
+                  on any target
+
+Both give the same integers, as does any order of addition: every product is at most 255 * 128
+and a block sum at most 32 * 255 * 128 < 2^21 in magnitude, so nothing wraps or saturates in
+int32 (vpdpbusd does not saturate). Nothing here is floating point.
 
 Why IR and not a numba loop: numba types an integer product as int64 and its loops over int8
-weights stayed scalar or on narrow lanes (the int32 and int16-pair loops measured 6-25x slower
-than the fp32 kernel at the head's shape); the explicit vector types give LLVM the form it maps to
-`vpmaddwd` directly (see it with `cpu_linear_q8._q8_0_serial.inspect_asm(sig)`).
+weights stayed scalar or on narrow lanes (6-25x slower than the fp32 kernel at the head's shape);
+explicit vector types give LLVM the instructions directly (see them with
+`cpu_linear_q8._q8_0_serial.inspect_asm(sig)`).
 """
 
 from __future__ import annotations
@@ -40,22 +48,47 @@ PANEL_N = 32
 """Output columns per panel (the vector width of the block sums)."""
 BLOCK = 32
 """Weights per block along K."""
-PAIR_STEPS = BLOCK // 2
-"""k-pairs per block."""
+QUAD = 4
+"""Consecutive weights of a column one vpdpbusd lane sums."""
+QUAD_STEPS = BLOCK // QUAD
+"""k-quads per block."""
+Q8_0_OFFSET = 128
+"""Added to a Q8_0 quant in the packed layout (an unsigned byte for vpdpbusd)."""
 PREFETCH_BYTES = 4096
 """How far ahead of the block being summed its panel's weights are prefetched (the step streams
 ~100 MB of weights from memory once; 4 KB ahead measured best of 1, 2, 4 KB here)."""
 MAX_ROWS = 4
-"""Most rows of x one call takes: each loaded weight pair is used by all of them (ROW_BLOCK)."""
+"""Most rows of x one call takes: each loaded weight quad is used by all of them (ROW_BLOCK)."""
+MODE_GENERIC = 0
+MODE_VNNI = 1
 
-_I8, _I16, _I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
-_W_BYTES = ir.VectorType(_I8, 2 * PANEL_N)          # one k-pair of the 32 columns
-_W_I16 = ir.VectorType(_I16, 2 * PANEL_N)
-_W_I32 = ir.VectorType(_I32, 2 * PANEL_N)
+
+def _host_mode() -> int:
+    """MODE_VNNI where numba compiles for this host and it has AVX-512 VNNI (and BW), else generic."""
+    import llvmlite.binding as ll
+    from numba.core import config
+    if config.CPU_NAME not in (None, "", "host"):
+        return MODE_GENERIC                          # a fixed target (e.g. a portable cache)
+    try:
+        f = ll.get_host_cpu_features()
+    except RuntimeError:
+        return MODE_GENERIC
+    return MODE_VNNI if all(f.get(x, False) for x in ("avx512f", "avx512bw", "avx512vnni")) else MODE_GENERIC
+
+
+HOST_MODE = _host_mode()
+"""The MODE `cpu_linear_q8` compiles with on this machine."""
+
+_I8, _I32 = ir.IntType(8), ir.IntType(32)
+_W_BYTES = ir.VectorType(_I8, QUAD * PANEL_N)        # one k-quad of the 32 columns
+_W_I32 = ir.VectorType(_I32, QUAD * PANEL_N)
 _ACC = ir.VectorType(_I32, PANEL_N)
-_EVEN = ir.Constant(_ACC, list(range(0, 2 * PANEL_N, 2)))
-_ODD = ir.Constant(_ACC, list(range(1, 2 * PANEL_N, 2)))
+_HALF = ir.VectorType(_I32, PANEL_N // 2)            # one zmm: 16 columns
 _SPLAT = ir.Constant(_ACC, [0] * PANEL_N)
+_LANES = [ir.Constant(_ACC, list(range(e, QUAD * PANEL_N, QUAD))) for e in range(QUAD)]
+_LO = ir.Constant(_HALF, list(range(PANEL_N // 2)))
+_HI = ir.Constant(_HALF, list(range(PANEL_N // 2, PANEL_N)))
+_JOIN = ir.Constant(_ACC, list(range(PANEL_N)))
 
 
 def _ptr(context, builder, aryty, ary, offset):
@@ -63,13 +96,35 @@ def _ptr(context, builder, aryty, ary, offset):
     return builder.gep(context.make_array(aryty)(context, builder, ary).data, [offset])
 
 
-def _pair_sum(builder, w16, x16_ptr, k):
-    """<32 x i32>: for each column c, w16[2c] * x[k] + w16[2c+1] * x[k+1] (x16_ptr: int16*)."""
-    pair = builder.load(builder.bitcast(builder.gep(x16_ptr, [ir.Constant(_I32, k)]), _I32.as_pointer()), align=2)
-    lane = builder.insert_element(ir.Constant(_ACC, ir.Undefined), pair, ir.Constant(_I32, 0))
-    xs = builder.bitcast(builder.shuffle_vector(lane, lane, _SPLAT), _W_I16)      # x[k], x[k+1], x[k], ..
-    prod = builder.mul(builder.sext(w16, _W_I32), builder.sext(xs, _W_I32))
-    return builder.add(builder.shuffle_vector(prod, prod, _EVEN), builder.shuffle_vector(prod, prod, _ODD))
+def _x_quad(builder, x_ptr, k):
+    """<32 x i32>: the four int8 activations x[k .. k+3] as one int32, in every lane."""
+    quad = builder.load(builder.bitcast(builder.gep(x_ptr, [ir.Constant(_I32, k)]), _I32.as_pointer()), align=1)
+    lane = builder.insert_element(ir.Constant(_ACC, ir.Undefined), quad, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(lane, lane, _SPLAT)
+
+
+def _quad_generic(builder, acc, w, xq):
+    """acc <32 x i32> + for each column c: sum_e u[4c + e] * x[e] (w: <128 x i8> unsigned)."""
+    prod = builder.mul(builder.zext(w, _W_I32), builder.sext(builder.bitcast(xq, _W_BYTES), _W_I32))
+    for e in range(QUAD):
+        acc = builder.add(acc, builder.shuffle_vector(prod, prod, _LANES[e]))
+    return acc
+
+
+def _vpdpbusd(builder):
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_HALF, [_HALF, _HALF, _HALF]),
+                                        "llvm.x86.avx512.vpdpbusd.512")
+    return fn
+
+
+def _quad_vnni(builder, acc, w, xq):
+    """(lo, hi) <16 x i32> accumulators + vpdpbusd(unsigned w, signed x quad) on each half."""
+    fn = _vpdpbusd(builder)
+    w32 = builder.bitcast(w, _ACC)
+    x16 = builder.shuffle_vector(xq, xq, _LO)
+    lo = builder.call(fn, [acc[0], builder.shuffle_vector(w32, w32, _LO), x16])
+    hi = builder.call(fn, [acc[1], builder.shuffle_vector(w32, w32, _HI), x16])
+    return (lo, hi)
 
 
 def _prefetch(builder, w_ptr, nbytes):
@@ -83,71 +138,102 @@ def _prefetch(builder, w_ptr, nbytes):
                           ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
 
 
-def _load_pair(builder, w_ptr, step):
-    return builder.load(builder.bitcast(builder.gep(w_ptr, [ir.Constant(_I32, 2 * PANEL_N * step)]),
+def _load_quad(builder, w_ptr, step):
+    return builder.load(builder.bitcast(builder.gep(w_ptr, [ir.Constant(_I32, QUAD * PANEL_N * step)]),
                                         _W_BYTES.as_pointer()), align=1)
 
 
-def _typed(x16, i, ldx, w, j, isum, rows, wdtype):
-    if not isinstance(rows, types.IntegerLiteral):
-        raise errors.RequireLiteralValue(rows)
-    if not (isinstance(x16, types.Array) and x16.dtype == types.int16 and isinstance(w, types.Array)
-            and w.dtype == wdtype and all(isinstance(v, types.Integer) for v in (i, ldx, j))
-            and isum == types.CPointer(types.int32) and 1 <= rows.literal_value <= MAX_ROWS):
+def _typed(x, i, ldx, w, j, isum, rows, mode):
+    for lit in (rows, mode):
+        if not isinstance(lit, types.IntegerLiteral):
+            raise errors.RequireLiteralValue(lit)
+    if not (isinstance(x, types.Array) and x.dtype == types.int8 and isinstance(w, types.Array)
+            and w.dtype == types.uint8 and all(isinstance(v, types.Integer) for v in (i, ldx, j))
+            and isum == types.CPointer(types.int32) and 1 <= rows.literal_value <= MAX_ROWS
+            and mode.literal_value in (MODE_GENERIC, MODE_VNNI)):
         return None
-    return types.void(x16, i, ldx, w, j, isum, rows)
+    return types.void(x, i, ldx, w, j, isum, rows, mode)
 
 
 def _block(context, builder, sig, args, steps, block_bytes):
-    """Shared codegen: `steps(builder, pw, pair_sum)` yields the weight pairs (w16 <64 x i16>, k) of
-    the block; every row r of the `rows` rows (x16 offset i + r * ldx) multiplies each pair once it
-    is loaded, into its own accumulator, stored to isum[32 r .. 32 r + 31]."""
-    rows = sig.args[6].literal_value
+    """Shared codegen: `steps(builder, pw)` yields the weight quads (w <128 x i8> unsigned, k) of
+    the block; every row r of the `rows` rows (x offset i + r * ldx) takes each quad once it is
+    loaded, into its own accumulator, stored to isum[32 r .. 32 r + 31]."""
+    rows, mode = sig.args[6].literal_value, sig.args[7].literal_value
     x_ary = context.make_array(sig.args[0])(context, builder, args[0])
     px = [builder.gep(x_ary.data, [builder.add(args[1], builder.mul(args[2], ir.Constant(args[2].type, r)))])
           for r in range(rows)]
     pw = _ptr(context, builder, sig.args[3], args[3], args[4])
     _prefetch(builder, pw, block_bytes)
-    acc = [ir.Constant(_ACC, [0] * PANEL_N) for _ in range(rows)]
-    for w16, k in steps(builder, pw):
+    if mode == MODE_VNNI:
+        zero = ir.Constant(_HALF, [0] * (PANEL_N // 2))
+        acc = [(zero, zero) for _ in range(rows)]
+        step = _quad_vnni
+    else:
+        acc = [ir.Constant(_ACC, [0] * PANEL_N) for _ in range(rows)]
+        step = _quad_generic
+    for w, k in steps(builder, pw):
         for r in range(rows):
-            acc[r] = builder.add(acc[r], _pair_sum(builder, w16, px[r], k))
+            acc[r] = step(builder, acc[r], w, _x_quad(builder, px[r], k))
     out = builder.bitcast(args[5], _ACC.as_pointer())
     for r in range(rows):
-        builder.store(acc[r], builder.gep(out, [ir.Constant(_I32, r)]), align=4)
+        a = builder.shuffle_vector(acc[r][0], acc[r][1], _JOIN) if mode == MODE_VNNI else acc[r]
+        builder.store(a, builder.gep(out, [ir.Constant(_I32, r)]), align=4)
     return context.get_dummy_value()
 
 
 def _q8_0_steps(builder, pw):
-    for s in range(PAIR_STEPS):
-        yield builder.sext(_load_pair(builder, pw, s), _W_I16), 2 * s
+    for s in range(QUAD_STEPS):
+        yield _load_quad(builder, pw, s), QUAD * s
 
 
 def _q4_1_steps(builder, pw):
-    low_mask = ir.Constant(_W_BYTES, [0x0F] * (2 * PANEL_N))
-    shift = ir.Constant(_W_BYTES, [4] * (2 * PANEL_N))
-    for s in range(PAIR_STEPS // 2):
-        w = _load_pair(builder, pw, s)
-        yield builder.zext(builder.and_(w, low_mask), _W_I16), 2 * s                 # weights 2s, 2s+1
-        yield builder.zext(builder.lshr(w, shift), _W_I16), BLOCK // 2 + 2 * s       # 16+2s, 17+2s
+    low_mask = ir.Constant(_W_BYTES, [0x0F] * (QUAD * PANEL_N))
+    shift = ir.Constant(_W_BYTES, [4] * (QUAD * PANEL_N))
+    for s in range(QUAD_STEPS // 2):
+        w = _load_quad(builder, pw, s)
+        yield builder.and_(w, low_mask), QUAD * s                     # weights 4s .. 4s+3
+        yield builder.lshr(w, shift), BLOCK // 2 + QUAD * s           # 16+4s .. 19+4s
 
 
 @intrinsic
-def block_q8_0(typingctx, x16, i, ldx, q, j, isum, rows):
-    """isum[32 r + c] = the exact int32 sums of a Q8_0 panel block for `rows` rows (docstring)."""
-    sig = _typed(x16, i, ldx, q, j, isum, rows, types.int8)
+def block_q8_0(typingctx, x, i, ldx, w, j, isum, rows, mode):
+    """isum[32 r + c] = the exact int32 sums sum_t x * (q + 128) of a Q8_0 panel block for `rows`
+    rows (module docstring)."""
+    sig = _typed(x, i, ldx, w, j, isum, rows, mode)
     if sig is None:
         return None
-    return sig, lambda context, builder, sig, args: _block(context, builder, sig, args, _q8_0_steps, 2 * PANEL_N * PAIR_STEPS)
+    return sig, lambda context, builder, sig, args: _block(context, builder, sig, args, _q8_0_steps, QUAD * PANEL_N * QUAD_STEPS)
 
 
 @intrinsic
-def block_q4_1(typingctx, x16, i, ldx, nib, j, isum, rows):
+def block_q4_1(typingctx, x, i, ldx, nib, j, isum, rows, mode):
     """isum[32 r + c] = the exact int32 sums of a Q4_1 panel block for `rows` rows (docstring)."""
-    sig = _typed(x16, i, ldx, nib, j, isum, rows, types.uint8)
+    sig = _typed(x, i, ldx, nib, j, isum, rows, mode)
     if sig is None:
         return None
-    return sig, lambda context, builder, sig, args: _block(context, builder, sig, args, _q4_1_steps, PANEL_N * PAIR_STEPS)
+    return sig, lambda context, builder, sig, args: _block(context, builder, sig, args, _q4_1_steps, QUAD * PANEL_N * QUAD_STEPS // 2)
+
+
+_HALFS = ir.VectorType(ir.HalfType(), PANEL_N)
+_F32S = ir.VectorType(ir.FloatType(), PANEL_N)
+
+
+@intrinsic
+def widen_f16(typingctx, h, j, out):
+    """out[0 .. 31] = float32(h[j .. j+31]): 32 IEEE half-precision scales (h a uint16 array of
+    their bits) widened to float32 -- exact, every half is a float32 (`fpext`, `vcvtph2ps` with
+    F16C). The packed scales stay at the file's 2 bytes each: a step streams fewer bytes."""
+    if not (isinstance(h, types.Array) and h.dtype == types.uint16 and isinstance(j, types.Integer)
+            and out == types.CPointer(types.float32)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        src = builder.bitcast(_ptr(context, builder, sig.args[0], args[0], args[1]), _HALFS.as_pointer())
+        wide = builder.fpext(builder.load(src, align=2), _F32S)
+        builder.store(wide, builder.bitcast(args[2], _F32S.as_pointer()), align=4)
+        return context.get_dummy_value()
+    return types.void(h, j, out), codegen
 
 
 @intrinsic

@@ -13,6 +13,7 @@ A token's output depends only on its own row and position.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -21,9 +22,15 @@ from numba import njit
 from .cpu_common import JIT
 
 
+@functools.lru_cache(maxsize=16)
+def _inv_freq(head_dim: int, theta: float) -> tuple:
+    return tuple(math.pow(theta, -(2 * i) / head_dim) for i in range(head_dim // 2))
+
+
 def inv_freq(head_dim: int, theta: float) -> np.ndarray:
-    """theta ** (-2i / Dh) for i < Dh/2, float64, computed with Python's pow (libm)."""
-    return np.array([math.pow(theta, -(2 * i) / head_dim) for i in range(head_dim // 2)], np.float64)
+    """theta ** (-2i / Dh) for i < Dh/2, float64, computed with Python's pow (libm): once per
+    (Dh, theta) (every decode step of every layer asks again), a fresh array each call."""
+    return np.array(_inv_freq(head_dim, theta), np.float64)
 
 
 @njit(**JIT)

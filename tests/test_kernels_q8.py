@@ -108,6 +108,27 @@ def test_extreme_quants_reach_the_integer_bounds_exactly():
         assert np.array_equal(_bits(got), _bits(_documented(x, w))), kind
 
 
+@pytest.mark.parametrize("kind", [quant.Q4_1, quant.Q8_0])
+def test_vnni_and_generic_block_sums_give_the_same_bits(kind):
+    """The two codegens of `cpu_intdot` (vpdpbusd on an AVX-512 VNNI host, plain vector IR
+    elsewhere) equal each other and the documented sequence bit for bit, with extreme quants in
+    one column (the Q8_0 offset of 128 at its largest). On a host without VNNI both runs are the
+    generic codegen (the comparison with the documented sequence still runs)."""
+    from specverify.kernels import cpu_intdot
+    k, n = 96, 37
+    w = random_blocks(kind, n, k, np.random.default_rng(11))
+    w.blocks[3, :, 2 if kind == quant.Q8_0 else 4:] = 0x80 if kind == quant.Q8_0 else 0xF0
+    w = quant.QuantizedWeight(kind, w.blocks, n, k)
+    x = (np.random.default_rng(12).standard_normal((6, k)) * 2).astype(np.float32)
+    x[5] = -np.abs(x[5])
+    packed = cpu_linear_q8.pack(w)
+    host = cpu_linear_q8.linear(x, packed, n, k)
+    generic = cpu_linear_q8.linear(x, packed, n, k, mode=cpu_intdot.MODE_GENERIC)
+    assert np.array_equal(_bits(host), _bits(generic)) and np.array_equal(_bits(host), _bits(_documented(x, w)))
+    with pytest.raises(ValueError, match="mode"):
+        cpu_linear_q8.linear(x, packed, n, k, mode=7)
+
+
 def test_a_non_finite_activation_block_gives_nan_only_in_its_row():
     w = random_blocks(quant.Q4_1, 32, 64, np.random.default_rng(2))
     x = np.random.default_rng(3).standard_normal((3, 64)).astype(np.float32)
@@ -225,6 +246,26 @@ def test_bench_path_and_threads_reach_the_q8_backend():
         InvariantBackend(activations="q4")
     with pytest.raises(InputError):
         check_paths("q9")
+
+
+def test_a_parallel_backend_splits_only_launches_of_at_least_parallel_min_work(monkeypatch):
+    """InvariantBackend(parallel=True) hands `parallel` to a kernel only for a launch of at least
+    PARALLEL_MIN_WORK multiply-adds (SmolLM2: the head at M = 1..4, not its layers), and the split
+    launch gives the serial bits."""
+    from specverify.kernels import cpu_backend
+    from specverify.kernels.cpu_backend import PARALLEL_MIN_WORK, InvariantBackend
+    seen = []
+    real = cpu_linear_q8.linear
+    monkeypatch.setattr(cpu_linear_q8, "linear", lambda x, p, n, k, parallel=False: seen.append(parallel) or real(x, p, n, k, parallel))
+    par, ser = InvariantBackend(parallel=True, activations="q8"), InvariantBackend(activations="q8")
+    small = random_blocks(quant.Q4_1, 64, 576, np.random.default_rng(0))              # 1 x 64 x 576 < the floor
+    big = random_blocks(quant.Q8_0, PARALLEL_MIN_WORK // 576 + 32, 576, np.random.default_rng(1))
+    x = torch.randn(1, 576, generator=torch.Generator().manual_seed(2))
+    for w in (small, big):
+        assert torch.equal(par.linear(x, w), ser.linear(x, w))
+    assert seen == [False, False, True, False]
+    assert not cpu_backend._split(True, PARALLEL_MIN_WORK - 1) and cpu_backend._split(True, PARALLEL_MIN_WORK)
+    assert not cpu_backend._split(False, PARALLEL_MIN_WORK)
 
 
 @pytest.mark.slow

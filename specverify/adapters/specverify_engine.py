@@ -77,6 +77,7 @@ class SpecverifyEngine:
     # what generate(..., knobs=) varies for the metamorphic acceptance rows (`checks.acceptance_invariance`)
     acceptance_knobs = {"prefix_cache", "prefill_chunk", "position", "kappa_schedule"}
     engine_class = None         # the engine `generate` runs (None: `engine.Engine`); the zoo plants bugs here
+    bitwise_subject = BITWISE_SUBJECT   # the op backend the bitwise level audits (SpecverifyQ8: invariant-q8)
 
     def __init__(self):
         import torch
@@ -164,7 +165,7 @@ class SpecverifyEngine:
             label, model, tok, note = self.bitwise_models()
             prompts = tuple(tuple(p) for p in encode_prompts(tok, load_prompts(256, full=True)))
             self._info = BitwiseInfo(model=label, vocab_size=model.vocab_size, proposers=BITWISE_PROPOSERS,
-                                     variants={BITWISE_SUBJECT: SUBJECT, BITWISE_CONTROL: NEGATIVE_CONTROL},
+                                     variants={self.bitwise_subject: SUBJECT, BITWISE_CONTROL: NEGATIVE_CONTROL},
                                      prompts=prompts, note=note, drafted=BITWISE_DRAFTED)
         return self._info
 
@@ -174,6 +175,28 @@ class SpecverifyEngine:
         check_request(request, self.bitwise_info(), "this engine")
         _, model, _, _ = self.bitwise_models()
         return decode_greedy(model, request, backend=request.variant)
+
+
+class SpecverifyQ8(SpecverifyEngine):
+    """`specverify audit specverify-q8`: our engine's bitwise level only, with the invariant-q8
+    backend (8-bit activations, exact integer block sums: `kernels/cpu_linear_q8.py`) as the subject
+    and torch's default ops as the negative control, on SmolLM2-135M's quantized weights."""
+
+    name = "specverify-q8"
+    capabilities = {"bitwise"}
+    processors = set()                  # engine level only: not offered here
+    acceptance_knobs = set()
+    audit_defaults = {"timeout": 3600.0, "size": "quick"}
+
+    def bitwise_models(self):
+        """The real model only: the tiny fallback's fp32 weights would take invariant-q8's exact
+        fp32 kernel, and its rows would test nothing of the 8-bit path."""
+        from specverify.errors import InputError
+        from specverify.models import smollm2
+        if not smollm2.available():
+            raise InputError(f"specverify-q8 audits SmolLM2-135M's quantized weights: {REAL_MODEL_HINT}")
+        return super().bitwise_models()
+    bitwise_subject = "invariant-q8"
 
 
 COLD, WARM = "cold", "warm"
