@@ -262,9 +262,10 @@ class LlamaCpp:
             self.draft_schedule = "prefill-to-length"
         else:
             self.acceptance_skip = (
-                "LlamaPromptLookupDecoding proposes the num_pred_tokens tokens that follow the latest match of "
-                "the last 1..max_ngram_size tokens in one span (none when nothing matches: a plain step), which "
-                "is not the reference's LookupDrafter (one token per draft position, re-matched after each); "
+                "LlamaPromptLookupDecoding proposes, in one span, up to num_pred_tokens tokens that follow the "
+                "earliest match of the last max_ngram_size..1 tokens (cut at the end of the sequence; none when "
+                "nothing matches: a plain step), which is not the reference's LookupDrafter (one token per draft "
+                "position, from the latest match, re-matched after each); "
                 "no exact law of its drafts is implemented, and the adapter reports its counts only as ngram_*")
         self.name = f"llamacpp-{method}"
         self.threads = int(threads)
