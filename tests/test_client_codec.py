@@ -131,3 +131,29 @@ def test_a_server_failing_only_requests_with_an_option_lacks_that_option():
 def test_a_server_failing_every_request_is_still_an_error():
     with pytest.raises(ServerError, match="HTTP 500"):
         _client(FailsAlways()).probe()
+
+
+class ResetsFirst(FakeLlamaCppServer):
+    """A connection reset on the first `resets` completion requests (a keep-alive connection the server
+    closed after failing a request), then the usual answers."""
+
+    def __init__(self, resets):
+        super().__init__()
+        self.resets = resets
+
+    def __call__(self, request):
+        if request.url.path.endswith("/completions") and self.resets > 0:
+            self.resets -= 1
+            raise httpx.ReadError("[Errno 104] Connection reset by peer", request=request)
+        return super().__call__(request)
+
+
+def test_a_request_that_meets_a_closed_connection_is_sent_once_more():
+    server = ResetsFirst(resets=1)
+    out = _client(server).complete("ab", max_tokens=2, temperature=0.0)
+    assert out is not None and server.resets == 0 and len(server.bodies) == 1
+
+
+def test_a_second_reset_is_the_error_it_was():
+    with pytest.raises(ServerError, match="Connection reset"):
+        _client(ResetsFirst(resets=2)).complete("ab", max_tokens=2, temperature=0.0)

@@ -39,6 +39,14 @@ GRACE_S = 2.0                     # beyond --timeout, before a request that is s
 FEWER_CHOICES = "choices, got"       # the words of the error a wrong number of choices raises
 
 
+# httpx's errors for a connection closed by the server while a request was on it (not a refused one)
+STALE_CONNECTION = ("ReadError", "RemoteProtocolError", "WriteError")
+
+
+class _StaleConnection(Exception):
+    """`_call_once`: the request met a connection the server had closed; `_call` sends it once more."""
+
+
 SERVER_FAULT = "HTTP 5"      # a 5xx status in a ServerError's text (`_call`)
 
 
@@ -158,6 +166,16 @@ class ServerClient:
 
     # -- one request ---------------------------------------------------------------------------------
     def _call(self, fn):
+        """`_call_once(fn)`, sent once more if the connection it went out on was closed under it: a server
+        that fails a request may close its keep-alive connection (uvicorn after an unhandled exception),
+        and the next request on that pooled connection reads a reset. Only such a reset is resent, once;
+        a refused connection, a timeout or a second reset is the ServerError it always was."""
+        try:
+            return self._call_once(fn)
+        except _StaleConnection:
+            return self._call_once(fn, resend=False)
+
+    def _call_once(self, fn, resend: bool = True):
         """fn() on a daemon thread, given --timeout (+ GRACE_S) to finish: a response that trickles
         forever defeats the client's per-read timeouts, not this one. Every failure -> ServerError,
         a 4xx a feature may explain -> Unsupported."""
@@ -183,6 +201,8 @@ class ServerClient:
             raise _fail(self.url, f"no response within --timeout {self.timeout:g} s") from None
         except o.APIConnectionError as exc:
             cause = exc.__cause__ or exc
+            if resend and type(cause).__name__ in STALE_CONNECTION:
+                raise _StaleConnection from None
             raise _fail(self.url, f"cannot connect ({type(cause).__name__}: {str(cause)[:120]})") from None
         except o.APIStatusError as exc:
             if 400 <= exc.status_code < 500 and exc.status_code not in (401, 403, 404):
