@@ -139,7 +139,9 @@ def prepare_server(url: str, given: dict | None = None, *, progress=None, label=
     client.probe()                                  # names the model when the server serves only one
     plain = None
     if s.plain_url is not None:
-        plain = ServerClient(s.plain_url, client.model, s.timeout, probe_text=word_probe(word_vocab),
+        # the model the user named, else the plain server's only one: a launcher may serve the two from
+        # copies of one folder under different names (transformers serve names a model by its path)
+        plain = ServerClient(s.plain_url, s.model, s.timeout, probe_text=word_probe(word_vocab),
                              defaults=request_defaults)
         plain.probe()
     engine = ServerEngine(client, plain, s.law_model, word_vocab)
