@@ -185,6 +185,17 @@ def test_parallel_kernels_give_the_same_bits():
     x, w = torch.randn(37, 576, generator=g), torch.randn(960, 576, generator=g)
     assert torch.equal(serial.linear(x, w), par.linear(x, w))
     assert invariance.check(par, "attention").ok
+    # the backend splits only launches of >= PARALLEL_MIN_WORK (cpu_backend): the kernels' own
+    # parallel attention directly, on a ragged batch of 3 requests
+    import numpy as np
+    from specverify.kernels import cpu_attention
+    rng = np.random.default_rng(6)
+    q = rng.standard_normal((7, 9, 64)).astype(np.float32)
+    kc, vc = (rng.standard_normal((12, 16, 3, 64)).astype(np.float32) for _ in range(2))
+    tables = np.arange(12).reshape(3, 4)
+    args = (q, kc, vc, tables, np.array([40, 5, 63]), np.array([0, 1, 5, 7]), 0.125)
+    assert np.array_equal(cpu_attention.attention(*args, parallel=True).view(np.uint32),
+                          cpu_attention.attention(*args, parallel=False).view(np.uint32))
 
 
 # ---------------------------------------------------------------- negative control
