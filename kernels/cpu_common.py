@@ -11,6 +11,9 @@ vectorises them only through Intel SVML, which `assert_no_svml` rules out).
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 import numba
 from numba import types
 from numba.core import cgutils, errors
@@ -18,6 +21,32 @@ from numba.extending import intrinsic
 
 JIT = dict(fastmath=False, boundscheck=False, nogil=True, cache=True)
 """The numba options every CPU kernel uses (fastmath stays off: see the module docstring)."""
+
+
+def drop_stale_cache(module_file: str, *dependencies: str) -> bool:
+    """Numba keys a module's on-disk kernel cache (`__pycache__/<module>.*.nbi|nbc`) on that module's own
+    file only, not on the files whose functions and constants its kernels compile in: after an edit of a
+    dependency alone (cpu_intdot.py under cpu_linear_q8.py) it would load the old machine code. Call at
+    the top of such a module, before its kernels are defined: when the dependencies' sources differ from
+    those the cache was written with (a marker file named by their digest), the module's cached kernels
+    are removed and numba compiles them again. True if it removed anything. A cache that cannot be
+    written (read-only install) is left alone: numba then keeps nothing on disk there either."""
+    digest = hashlib.sha256(b"".join(Path(d).read_bytes() for d in dependencies)).hexdigest()[:16]
+    pycache = Path(module_file).parent / "__pycache__"
+    stem = Path(module_file).stem
+    marker = pycache / f"{stem}.deps-{digest}"
+    if marker.exists():
+        return False
+    removed = False
+    try:
+        pycache.mkdir(exist_ok=True)
+        for old in [*pycache.glob(f"{stem}.*.nbi"), *pycache.glob(f"{stem}.*.nbc"), *pycache.glob(f"{stem}.deps-*")]:
+            old.unlink(missing_ok=True)
+            removed = removed or not old.name.startswith(f"{stem}.deps-")
+        marker.touch()
+    except OSError:
+        return False
+    return removed
 
 
 @intrinsic

@@ -52,10 +52,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .cpu_common import JIT, carray, stack_f32
+from . import cpu_common, cpu_intdot
+from .cpu_common import JIT, carray, drop_stale_cache, stack_f32
 from .cpu_intdot import (HOST_MODE, MAX_ROWS as ROW_BLOCK, MODE_GENERIC, PANEL_N, Q8_0_OFFSET, QUAD, QUAD_STEPS,
                          block_q4_1, block_q8_0, stack_i32, widen_f16)
 from .quant import BLOCK, Q4_1, QMAX, QuantizedWeight
+
+# the kernels below compile in cpu_intdot's (and cpu_common's) functions and constants: numba's cache
+# of this file must not outlive an edit of those alone
+drop_stale_cache(__file__, cpu_intdot.__file__, cpu_common.__file__)
 
 PACK_KEY = "cpu-q8"
 """The key `pack`'s layout is kept under on a QuantizedWeight (`QuantizedWeight.packed`)."""

@@ -296,3 +296,27 @@ def test_real_model_on_q8_speculative_logits_are_plain_decodes_bit_for_bit():
     assert all(torch.equal(spec[key], plain[key]) for key in plain)
     _, exact = run("invariant", "none", 0)
     assert not torch.equal(exact[(0, 0)], plain[(0, 0)])
+
+
+def test_a_dependency_edit_drops_the_modules_cached_kernels(tmp_path):
+    """numba keys a module's cache on its own file only; `drop_stale_cache` removes the module's cached
+    kernels when a file they compile in changed, and only then."""
+    from specverify.kernels.cpu_common import drop_stale_cache
+    module, dep = tmp_path / "mod.py", tmp_path / "dep.py"
+    module.write_text("# kernels\n")
+    dep.write_text("X = 1\n")
+    cache = tmp_path / "__pycache__"
+    cache.mkdir()
+    stale = [cache / "mod.kernel-10.py311.nbi", cache / "mod.kernel-10.py311.1.nbc"]
+    other = cache / "other.kernel-3.py311.nbi"
+    for f in [*stale, other]:
+        f.write_text("x")
+    assert drop_stale_cache(str(module), str(dep)) is True           # first sight: no marker, cache dropped
+    assert not any(f.exists() for f in stale) and other.exists()
+    for f in stale:
+        f.write_text("x")                                              # numba writes the new kernels
+    assert drop_stale_cache(str(module), str(dep)) is False           # same sources: kept
+    assert all(f.exists() for f in stale)
+    dep.write_text("X = 2\n")
+    assert drop_stale_cache(str(module), str(dep)) is True            # the dependency changed: dropped
+    assert not any(f.exists() for f in stale)
