@@ -52,6 +52,7 @@ ENGINES = {
     "sglang-block": ("specverify.adapters.sglang:block", "SGLang chain_speculative_sampling_triton, block_verification=True"),
     "llamacpp-lookup": ("specverify.adapters.llamacpp:lookup", "llama-cpp-python prompt-lookup decoding (engine level, sample-match verify) on tiny random Llama GGUFs"),
     "llamacpp-draft": ("specverify.adapters.llamacpp:draft", "llama-cpp-python speculative generate with a greedy draft model (our drafter, its verify) on tiny GGUFs"),
+    "llamacpp-serving": ("specverify.adapters.llamacpp_serving:make", "llama-cpp-python create_completion with prompt lookup at the serving engine level (tiny f32 GGUF, token-id prompts): logprobs, stop, length, usage, stream, seeds rows"),
     "llamacpp-bitwise": ("specverify.adapters.llamacpp_bitwise:smollm2", "llama-cpp-python greedy: prompt lookup and self-draft vs plain, bitwise, on SmolLM2-135M's GGUF"),
     "llamacpp-bitwise-tiny": ("specverify.adapters.llamacpp_bitwise:tiny", "the same on a tiny random Llama f32 GGUF (CI)"),
     "sglang-tree-greedy": ("specverify.adapters.sglang:tree_greedy", "SGLang verify_tree_greedy_triton on CPU"),

@@ -175,7 +175,11 @@ def _codec(engine):
 
 
 def _decoder(engine):
-    """ids -> text for the served model when the audit knows it exactly (a GGUF's pieces, a toy's words)."""
+    """ids -> text for the served model when the audit knows it exactly (a GGUF's pieces, a toy's words;
+    an engine-level adapter's `decode`)."""
+    own = getattr(engine, "decode", None)
+    if own is not None:
+        return own
     codec = _codec(engine)
     if codec is not None:
         return codec.encode
