@@ -125,3 +125,39 @@ def test_audit_without_llama_cpp_exits_2_with_the_install_hint():
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "not installed" in lines[0] and "install_llamacpp.sh" in lines[0], proc.stderr
+
+
+class _Scored(_Pieces):
+    """_Pieces with logprobs: the row of the made-up model is log_softmax(logits) (`as_logits`: the raw
+    logits sent as logprobs -- what vLLM's logprobs_mode="raw_logits" returns)."""
+
+    serving_features = ("logprobs", "text", "stop", "seed", "usage")
+
+    def __init__(self, as_logits: bool = False):
+        super().__init__()
+        self.as_logits = as_logits
+
+    def complete(self, requests):
+        import numpy as np
+        out = []
+        for r in requests:
+            ctx, ids, lps, tops = list(r.prompt), [], [], []
+            for _ in range(r.max_tokens):
+                logits = np.cos(np.arange(4) * (1 + sum(ctx + ids) % 7))     # [V] the made-up row
+                row = logits if self.as_logits else ref.log_softmax(logits)
+                tok = int(np.argmax(logits))
+                ids.append(tok)
+                lps.append(float(row[tok]))
+                tops.append({i: float(row[i]) for i in range(4)})
+            out.append(ServingOutput(tuple(ids), "length", self.serving_codec.encode(ids), tuple(lps), tuple(tops),
+                                     completion_tokens=len(ids)))
+        return out
+
+
+def test_whole_row_top_lists_must_be_log_probabilities():
+    """Without a toy law the logprobs row compares the engine with its own teacher-forced answers, so
+    logits sent as logprobs agree with themselves; a whole row's log-sum-exp must then be 0."""
+    good = serving.logprobs_row(EngineLevelEngine(_Scored()), Context())
+    assert good.verdict == "pass" and good.data["whole_rows"] >= 48, good.detail
+    bad = serving.logprobs_row(EngineLevelEngine(_Scored(as_logits=True)), Context())
+    assert bad.verdict == "fail" and "not log-probabilities" in bad.detail, bad.detail
