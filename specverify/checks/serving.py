@@ -11,7 +11,10 @@ a row that needs what the server lacks is a SKIP listed under not covered.
                       same top entries): the returned logprob of ids[j] and the top entries must equal
                       the teacher-forced ones -- bit for bit on a toy model (float64 table rows), within
                       LOGPROB_ATOL otherwise; on a tiny:V,SEED server also against the toy's own row
-                      (`reference.serving.log_softmax`). Exact. Catches logprobs read from the draft's
+                      (`reference.serving.log_softmax`); on any other model whose top lists are whole
+                      rows (V <= TOP), each list's log-sum-exp must be 0 within LOGPROB_ATOL (teacher
+                      forcing compares the engine with itself: logits sent as logprobs would agree with
+                      themselves). Exact. Catches logprobs read from the draft's
                       rows or another row of the verify batch (vLLM PRs #30846, #33391, #44727).
     server.stop       STOP_RUNS seeded runs of RUN_TOKENS tokens (no stop); for every offset j a stop
                       string ending at token j's text (its last STOP_WINDOW tokens' text, and the same
@@ -151,6 +154,14 @@ def _same_value(a: float, b: float, exact: bool) -> bool:
     return abs(a - b) <= LOGPROB_ATOL
 
 
+def _logsumexp(values) -> float:
+    """log(sum(exp(v))) of finite-or--inf values, max-shifted (reduction order: the values' order)."""
+    m = max(values)
+    if not math.isfinite(m):
+        return m
+    return m + math.log(math.fsum(math.exp(v - m) for v in values))
+
+
 def _tol_words(exact: bool) -> str:
     return "bit for bit" if exact else f"within {LOGPROB_ATOL:g}"
 
@@ -175,7 +186,11 @@ def _codec(engine):
 
 
 def _decoder(engine):
-    """ids -> text for the served model when the audit knows it exactly (a GGUF's pieces, a toy's words)."""
+    """ids -> text for the served model when the audit knows it exactly (a GGUF's pieces, a toy's words;
+    an engine-level adapter's `decode`)."""
+    own = getattr(engine, "decode", None)
+    if own is not None:
+        return own
     codec = _codec(engine)
     if codec is not None:
         return codec.encode
@@ -223,7 +238,7 @@ def logprobs_row(engine, ctx) -> CheckResult:
         tf_reqs = [dict(prompt=_full(r["prompt"], c.ids[:j]), max_tokens=1, temperature=0.0, logprobs=top, **extra)
                    for r, c in runs for j in range(len(c.ids))]
         tf = iter(engine.client.many(tf_reqs, IN_FLIGHT))
-    compared = tops = 0
+    compared = tops = whole = 0
     for k, (r, c) in enumerate(runs):
         names = [f"token_id:{x}" for x in c.ids] if as_ids else _token_names(engine, c.ids)
         kind = "greedy" if r["temperature"] == 0 else f"seed {r.get('seed')}"
@@ -255,13 +270,21 @@ def logprobs_row(engine, ctx) -> CheckResult:
                                                              for x in got_top):
                     return _fail(name, f"run {k} ({kind}), position {j}: top entries {got_top!r} differ from the "
                                        f"teacher-forced {want_top!r}", len(runs), t, run=k, position=j)
+            if toy is None and got_top is not None and engine.vocab and len(got_top) == engine.vocab:
+                mass = _logsumexp(list(got_top.values()))     # the whole row: a log-softmax sums to 1
+                whole += 1
+                if not abs(mass) <= LOGPROB_ATOL:
+                    return _fail(name, f"run {k} ({kind}), position {j}: the {engine.vocab} top entries (the whole row) "
+                                       f"have log-sum-exp {mass:.6g}, not 0: not log-probabilities (logits?)",
+                                 len(runs), t, run=k, position=j, logsumexp=mass)
     if compared == 0:
         return skip(name, "no returned token could be matched to a teacher-forced top entry "
                           "(the server names tokens by text: ask it for return_tokens_as_token_ids)")
     return _pass(name, f"{compared} returned logprobs and {tops} top lists equal the teacher-forced ones "
                        f"{_tol_words(exact)}" + (" and the toy target's log-softmax" if toy else
-                                                 f" (largest difference {worst:.3g})"),
-                 len(runs), t, compared=compared, tops=tops, max_abs_diff=worst)
+                                                 f" (largest difference {worst:.3g})")
+                       + (f"; {whole} whole-row top lists sum to 1" if whole else ""),
+                 len(runs), t, compared=compared, tops=tops, max_abs_diff=worst, whole_rows=whole)
 
 
 def _ids_as_names(engine) -> dict | None:
