@@ -30,6 +30,7 @@ ENGINES = {
     "mlx": ("specverify.adapters.mlx:make", "MLX-LM speculative decoding with a draft model (sample-match) on tiny Llamas it converts itself (bash specverify/findings/install_mlx.sh)"),
     "mlx-bitwise": ("specverify.adapters.mlx:smollm2", "MLX-LM greedy: speculative (self / perturbed draft) vs plain and batched, bitwise, on SmolLM2-135M from the GGUF"),
     "mlx-bitwise-tiny": ("specverify.adapters.mlx:tiny", "the same on a tiny random Llama (CI)"),
+    "mlx-serving": ("specverify.adapters.mlx_serving:make", "MLX-LM stream_generate with a draft model at the serving engine level (tiny f32 Llama, piece tokenizer): logprobs, length, usage, stream, seeds rows (bash specverify/findings/install_mlx.sh)"),
     "openvino": ("specverify.adapters.openvino:make", "OpenVINO GenAI 2026.4 draft-model speculative decoding (engine level) on tiny random Llamas exported to IR, f32"),
     "openvino-lookup": ("specverify.adapters.openvino:lookup", "OpenVINO GenAI prompt-lookup decoding (engine level) on tiny random Llamas"),
     "openvino-bitwise": ("specverify.adapters.openvino:smollm2", "OpenVINO GenAI greedy: self-draft and prompt lookup vs plain, token ids, on SmolLM2-135M exported to IR"),
