@@ -113,7 +113,7 @@ def test_bitwise_tiny_speculative_and_batched_decode_equal_plain():
     batched = adapter.decode_greedy(GreedyRequest(prompts, 12, layout=Layout(4), logits=ROWS))
     assert batched.tokens == base.tokens
     assert all(np.array_equal(a, b) for a, b in zip(batched.logits, base.logits))
-    with pytest.raises(InputError, match="batch 1 with speculation"):
+    with pytest.raises(InputError, match="one sequence at a time with speculation"):
         adapter.decode_greedy(GreedyRequest(prompts, 4, spec=Spec(ortgenai.NGRAM, 2), layout=Layout(4)))
 
 
