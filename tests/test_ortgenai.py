@@ -150,7 +150,8 @@ def test_declared_schedule_is_what_the_engine_drafts(pair):
     runs = 2
     for length in range(1, 7):
         steps = _all_accepted_steps(engine.draft_schedule, SETUP.kappa, length)
-        _, info = engine.generate(target, target, SETUP.prompt, SETUP.kappa, Transform(temperature=0.0), 0, runs, length)
+        _, info = engine.generate(target, target, SETUP.prompt, SETUP.kappa, Transform(temperature=0.0), 0, runs,
+                                  length)
         assert (info["num_drafted"], info["num_accepted"], info["num_verifies"]) == \
             (runs * sum(steps), runs * sum(steps), runs * len(steps)), length
     assert ortgenai.OrtGenAI(ortgenai.NGRAM).draft_schedule is None
