@@ -160,3 +160,30 @@ def test_bitwise_tiny_plain_is_the_argmax_path_and_speculation_matches():
         spec = adapter.decode_greedy(GreedyRequest(prompts=prompts, max_new_tokens=8, spec=Spec(proposer, 3),
                                                    layout=Layout(batch_size=2)))
         assert spec.tokens == plain.tokens, proposer
+
+
+def test_draft_counts_fit_no_schedule_of_the_law(models):
+    """Why `openvino` declares no draft_schedule (its acceptance_skip): with draft = target, greedy, every
+    draft is accepted, and the engine's own counters give kappa 2, lengths 1..8: 0, 0, 1, 2, 2, 2, 2, 4
+    drafts a run. No schedule of `reference.acceptance` predicts that (`capped`, the nearest, predicts 3
+    and 4 at lengths 6 and 7). If OpenVINO changes, this fails and the SKIP must be revisited."""
+    from specverify.reference import acceptance as acc
+    target, _ = models
+    engine = ovad.OpenVINOEngine(ovad.DRAFT)
+    assert getattr(engine, "draft_schedule", None) is None
+    measured = []
+    for length in range(1, 9):
+        _, info = engine.generate(target, target, PROMPT, 2, Transform(temperature=0.0), 0, 1, length)
+        assert info["num_accepted"] == info["num_drafted"]
+        measured.append(info["num_drafted"])
+    assert measured == [0, 0, 1, 2, 2, 2, 2, 4]
+
+    def predicted(schedule, length):            # every draft accepted
+        emitted = drafted = 0
+        while emitted < length:
+            k = acc.drafts_at(schedule, 2, emitted, length)
+            drafted += k
+            full = k == 0 or emitted + k < length or schedule in (acc.FIXED, acc.PREFILL_FIXED)
+            emitted += k + 1 if full else k
+        return drafted
+    assert all([predicted(s, n) for n in range(1, 9)] != measured for s in acc.SCHEDULES)

@@ -113,7 +113,7 @@ def test_bitwise_tiny_speculative_and_batched_decode_equal_plain():
     batched = adapter.decode_greedy(GreedyRequest(prompts, 12, layout=Layout(4), logits=ROWS))
     assert batched.tokens == base.tokens
     assert all(np.array_equal(a, b) for a, b in zip(batched.logits, base.logits))
-    with pytest.raises(InputError, match="batch 1 with speculation"):
+    with pytest.raises(InputError, match="one sequence at a time with speculation"):
         adapter.decode_greedy(GreedyRequest(prompts, 4, spec=Spec(ortgenai.NGRAM, 2), layout=Layout(4)))
 
 
@@ -125,3 +125,33 @@ def test_a_missing_engine_is_one_line_and_exit_2(engine):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert "not installed" in lines[0] and "install_ortgenai.sh" in lines[0]
+
+
+def _all_accepted_steps(schedule, kappa, length):
+    """Drafts of each verify step of a run whose every draft is accepted (reference.acceptance.drafts_at)."""
+    from specverify.reference import acceptance as acc
+    steps, emitted = [], 0
+    while emitted < length:
+        k = acc.drafts_at(schedule, kappa, emitted, length)
+        if k:
+            steps.append(k)
+        emitted += k + 1 if (k == 0 or emitted + k < length) else k     # no bonus when the drafts reach length
+    return steps
+
+
+@needs_engine
+def test_declared_schedule_is_what_the_engine_drafts(pair):
+    """draft_schedule = "to-length": with draft = target (every draft accepted), greedy, the engine's own
+    counters give exactly the drafts and rounds `to-length` predicts at every length 1..6 (`tokens-left`,
+    the nearest other schedule, predicts fewer drafts at lengths 1, 2, 4, 5)."""
+    target, _ = pair
+    engine = ortgenai.OrtGenAI(ortgenai.DRAFT)
+    assert engine.draft_schedule == "to-length" and engine.verify_rule == "chain"
+    runs = 2
+    for length in range(1, 7):
+        steps = _all_accepted_steps(engine.draft_schedule, SETUP.kappa, length)
+        _, info = engine.generate(target, target, SETUP.prompt, SETUP.kappa, Transform(temperature=0.0), 0, runs,
+                                  length)
+        assert (info["num_drafted"], info["num_accepted"], info["num_verifies"]) == \
+            (runs * sum(steps), runs * sum(steps), runs * len(steps)), length
+    assert ortgenai.OrtGenAI(ortgenai.NGRAM).draft_schedule is None

@@ -34,8 +34,17 @@ How the battery's inputs map to the engine's API:
                      min_length the engine sets the EOS logit to the lowest float on every row, draft and
                      target (`ApplyMinLengthToLogits`), so EOS has probability exactly 0 and every run has
                      `length` tokens of the V real ones -- the law's support.
-    info             {"num_drafted", "num_accepted"}: the sums over runs of the generator's own
-                     `get_speculative_stats()` counters `draft_tokens_proposed` and `draft_tokens_accepted`.
+    info             {"num_drafted", "num_accepted", "num_verifies"}: the sums over runs of the generator's
+                     own `get_speculative_stats()` counters `draft_tokens_proposed`, `draft_tokens_accepted`
+                     and `rounds` (verify rounds; no per-round counts are exposed).
+    acceptance       `draft_schedule = "to-length"`: every round, the first one included (the prompt's
+                     prefill is verified with the first drafts), drafts min(kappa, tokens left to
+                     max_length). Measured (greedy, draft = target, kappa 2, lengths 1..8): drafted per
+                     run 1, 2, 2, 3, 4, 4, 5, 6, exactly what `to-length` predicts and no other schedule
+                     does. `verify_rule = "chain"`: with a sampled draft the proposal carries the draft's
+                     rows (ProposalMode::kDraftSampling) and a draft is kept with min(1, p/q)
+                     (`ComputeAcceptProb`), a rejection replaced from max(0, p - q) renormalised
+                     (`SampleCorrectionToken`), src/decoding/speculative_sampling.h.
 
 Processors (`processors`, `reference.processors`): `repetition_penalty=r` -> the search option of that
 name, HF/CTRL form over the whole sequence (prompt + output), each token once -- the reference's stage 1.
@@ -196,12 +205,11 @@ class OrtGenAI:
     capabilities = {"engine"}
     models = "own"
     processors = {"repetition_penalty"}
-    # no draft_schedule (engine_acceptance): what the API gives and what is not established
-    acceptance_skip = (
-        "ONNX Runtime GenAI reports totals only (get_speculative_stats(): draft_tokens_proposed and "
-        "draft_tokens_accepted, no verify-step count and no per-step counts); how many drafts its last steps "
-        "make (capped by max_length or not) was not established on this engine (no ORT GenAI venv in the session "
-        "that added the law)")
+    # engine_acceptance (module docstring, "acceptance"): every round drafts min(kappa, tokens left), the
+    # first included (measured), verified by the chain rule (speculative_sampling.h: ComputeAcceptProb,
+    # SampleCorrectionToken); drafts sampled from the draft's transformed row
+    draft_schedule = "to-length"
+    verify_rule = "chain"
     # ~1,200 runs of 4 tokens a second (draft model), ~2,000 (n-gram): 50,000 runs a row is ~40 s
     audit_defaults = {"samples": 50_000, "timeout": 1800.0}
 
@@ -211,6 +219,10 @@ class OrtGenAI:
         og = _og()
         self.method = method
         self.name = "ortgenai" if method == DRAFT else f"ortgenai-{method}"
+        if method == NGRAM:               # its drafts are no draft model's: no exact law of them here
+            self.draft_schedule = None
+            self.acceptance_skip = ("n-gram decoding reports no draft/accept counts here, and its drafts (a "
+                                    "span after an n-gram match) have no exact acceptance law yet")
         self.version = og.__version__
         self.root = root
         self._models = {}
@@ -241,7 +253,7 @@ class OrtGenAI:
         if self.method == NGRAM:
             spec["ngram_size"] = NGRAM_SIZE
         out = np.full((n, length), PAD, dtype=np.int64)
-        drafted = accepted = 0
+        drafted = accepted = verifies = 0
         for i in range(n):
             opts = search_options(len(prompt), length, transform, int(seed) + i, processors)
             seq, stats = run_one(model, prompt, opts, spec)
@@ -250,9 +262,10 @@ class OrtGenAI:
             out[i, :len(seq)] = seq
             drafted += int(stats.get("draft_tokens_proposed", 0))
             accepted += int(stats.get("draft_tokens_accepted", 0))
+            verifies += int(stats.get("rounds", 0))
         if self.method == NGRAM:          # the n-gram proposer never uses the battery's draft model: its
             return out, {}                # counts say nothing about q = p (the identity rows are skipped)
-        return out, {"num_drafted": drafted, "num_accepted": accepted}
+        return out, {"num_drafted": drafted, "num_accepted": accepted, "num_verifies": verifies}
 
 
 def make():
