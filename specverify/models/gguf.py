@@ -194,6 +194,13 @@ def _text_vocabulary(w, gguf, vocab: int) -> None:
 
 
 def _write(w, gguf, tensors, names, heads, kv_heads) -> None:
+    add_llama_tensors(w, tensors, names, heads, kv_heads)
+    write_out(w)
+
+
+def add_llama_tensors(w, tensors, names, heads, kv_heads) -> None:
+    """Add a Llama-layout HF state dict to GGUFWriter `w` under the GGUF names of `names` (the gguf
+    package's tensor-name map), float32, q/k rows in llama.cpp's adjacent-pair rotary order."""
     for hf_name, t in tensors.items():
         base, dot, suffix = hf_name.rpartition(".")
         name = names.get_name(base)
@@ -205,6 +212,10 @@ def _write(w, gguf, tensors, names, heads, kv_heads) -> None:
         elif base.endswith("self_attn.k_proj"):
             t = _rope_rows(t, kv_heads)
         w.add_tensor(f"{name}.{suffix}", np.ascontiguousarray(t))
+
+
+def write_out(w) -> None:
+    """Write GGUFWriter `w`'s header, metadata and tensors to its file and close it."""
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -40,17 +40,12 @@ import numpy as np
 from specverify import installed
 from specverify.errors import InputError
 
+from .gguf import add_llama_tensors, write_out
+
 HYBRID_GGUF = "model-f32.gguf"
 SLIDING_GGUF = "model-f32-swa.gguf"
 STAMP_SUFFIX = ".stamp"             # beside the file: the HF stamp it was written from
 NO_SINK = -math.inf                 # an attention sink that takes no probability mass
-
-
-def _rope_rows(w: np.ndarray, heads: int) -> np.ndarray:
-    """HF rotate-half row order -> llama.cpp's adjacent-pair order, per head ([out, in] weights)."""
-    out, inp = w.shape
-    d = out // heads
-    return w.reshape(heads, 2, d // 2, inp).transpose(0, 2, 1, 3).reshape(out, inp)
 
 
 def _vocab(w, gguf, vocab: int) -> None:
@@ -74,10 +69,7 @@ def _cached(folder: Path, name: str, stamp_name: str):
 
 
 def _finish(w, path: Path, tmp: Path, key: str) -> Path:
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_out(w)
     tmp.replace(path)
     path.with_name(path.name + STAMP_SUFFIX).write_text(key)
     return path
@@ -161,17 +153,7 @@ def export_sliding(folder) -> Path:
     w.add_logit_scale(1.0)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
     _vocab(w, gguf, int(cfg["vocab_size"]))
-    for hf_name, t in tensors.items():
-        base, _, suffix = hf_name.rpartition(".")
-        name = names.get_name(base)
-        if name is None:
-            raise InputError(f"llamacpp: no GGUF name for tensor {hf_name!r}")
-        t = np.asarray(t, np.float32)
-        if base.endswith("self_attn.q_proj"):
-            t = _rope_rows(t, heads)
-        elif base.endswith("self_attn.k_proj"):
-            t = _rope_rows(t, kv_heads)
-        w.add_tensor(f"{name}.{suffix}", np.ascontiguousarray(t))
+    add_llama_tensors(w, tensors, names, heads, kv_heads)
     for i in range(layers):
         w.add_tensor(f"blk.{i}.attn_sinks.weight", np.full((heads,), NO_SINK, np.float32))   # [heads]
     return _finish(w, path, tmp, key)

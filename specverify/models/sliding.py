@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 
 from specverify import installed
 from specverify.errors import InputError
@@ -149,13 +148,6 @@ def pair_folders(where=None, vocab: int = 4, seed: int = 0, *, window: int = WIN
     return target, draft
 
 
-def _rope_rows(w: np.ndarray, heads: int) -> np.ndarray:
-    """HF rotate-half row order -> the adjacent-pair order our engine's rotary takes, per head."""
-    out, inp = w.shape
-    d = out // heads
-    return w.reshape(heads, 2, d // 2, inp).transpose(0, 2, 1, 3).reshape(out, inp)
-
-
 HF_TO_GGUF = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
               "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
               "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
@@ -164,21 +156,5 @@ HF_TO_GGUF = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_
 def engine_tensors(folder) -> tuple[dict, dict]:
     """(config.json as a dict, float32 numpy tensors under GGUF names) of a folder written by `build`;
     q/k rows reordered to the adjacent-pair rotary layout. The head is `output.weight` (untied)."""
-    from safetensors.numpy import load_file
-
-    folder = Path(folder)
     params_of(folder)
-    cfg = json.loads((folder / "config.json").read_text())
-    hf = load_file(str(folder / "model.safetensors"))
-    out = {"token_embd.weight": hf["model.embed_tokens.weight"], "output_norm.weight": hf["model.norm.weight"],
-           "output.weight": hf["lm_head.weight"]}
-    heads, kv_heads = int(cfg["num_attention_heads"]), int(cfg["num_key_value_heads"])
-    for i in range(int(cfg["num_hidden_layers"])):
-        for hf_name, name in HF_TO_GGUF.items():
-            t = np.ascontiguousarray(hf[f"model.layers.{i}.{hf_name}.weight"], np.float32)
-            if name == "attn_q":
-                t = _rope_rows(t, heads)
-            elif name == "attn_k":
-                t = _rope_rows(t, kv_heads)
-            out[f"blk.{i}.{name}.weight"] = np.ascontiguousarray(t)
-    return cfg, out
+    return tiny.llama_engine_tensors(folder)

@@ -214,14 +214,20 @@ def engine_tensors(folder) -> tuple[dict, dict]:
     """(config.json as a dict, float32 numpy tensors under GGUF names) of a folder written by `build`:
     q/k rows in the adjacent-pair rotary layout (as `models.gguf.export` writes them), the untied head
     as `output.weight` -- what our engine builds a Llama from (`engine.loader.load_tiny_folder`)."""
+    folder = Path(folder)
+    if not (folder / STAMP).exists():
+        raise InputError(f"tiny_llama: {folder} is not a folder written by tiny_llama (models.tiny.build)")
+    return llama_engine_tensors(folder)
+
+
+def llama_engine_tensors(folder) -> tuple[dict, dict]:
+    """`engine_tensors` of any Llama-layout folder (the tiny Llamas, `models.sliding`), unchecked."""
     from safetensors.numpy import load_file
 
     from .gguf import _rope_rows
     from .sliding import HF_TO_GGUF
 
     folder = Path(folder)
-    if not (folder / STAMP).exists():
-        raise InputError(f"tiny_llama: {folder} is not a folder written by tiny_llama (models.tiny.build)")
     cfg = json.loads((folder / "config.json").read_text())
     hf = load_file(str(folder / "model.safetensors"))
     out = {"token_embd.weight": hf["model.embed_tokens.weight"], "output_norm.weight": hf["model.norm.weight"],
