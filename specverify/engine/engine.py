@@ -358,21 +358,31 @@ class Engine:
 
     def _append(self, req, emitted, rows) -> list:
         kept = []
-        p = req.params
         for j, tok in enumerate(emitted):
             req.tokens.append(tok)
             kept.append(tok)
             if self.record_logits is not None:
                 self.record_logits(req.id, len(req.output) - 1, rows[j])
-            if tok in p.stop_token_ids or (tok == self.eos_token_id and not p.ignore_eos):
-                req.finished, req.finish_reason = True, "stop"
-            elif p.stop and self._stop_string(req):
-                req.finished, req.finish_reason = True, "stop"
-            elif len(req.output) >= p.max_tokens:
-                req.finished, req.finish_reason = True, "length"
-            if req.finished:
+            if self._finishes_at(req, tok):
                 break                       # truncation inside an accepted run
+        self._after_step(req)
         return kept
+
+    def _finishes_at(self, req, tok, *, stop_strings: bool = True, length: bool = True) -> bool:
+        """Whether `req` ends with the token `tok` just kept: an EOS or stop token, a stop string
+        completed (`stop_strings`), the length cap reached (`length`); sets finished / finish_reason."""
+        p = req.params
+        if tok in p.stop_token_ids or (tok == self.eos_token_id and not p.ignore_eos):
+            req.finished, req.finish_reason = True, "stop"
+        elif stop_strings and p.stop and self._stop_string(req):
+            req.finished, req.finish_reason = True, "stop"
+        elif length and len(req.output) >= p.max_tokens:
+            req.finished, req.finish_reason = True, "length"
+        return req.finished
+
+    def _after_step(self, req) -> None:
+        """After a step's tokens are kept. Nothing: every token is decided as it is kept
+        (`_finishes_at`); the serving variants (`server.variants`) move a decision here."""
 
     def _stop_string(self, req) -> bool:
         text = self.detokenize(req.output)

@@ -76,23 +76,12 @@ class StopPerStep(Engine):
     accepted run is appended, then the text is searched once -- the text is cut at the match, but the
     ids and logprobs of the step's tokens after the completing one are kept."""
 
-    def _append(self, req, emitted, rows) -> list:
-        kept = []
-        p = req.params
-        for j, tok in enumerate(emitted):
-            req.tokens.append(tok)
-            kept.append(tok)
-            if self.record_logits is not None:
-                self.record_logits(req.id, len(req.output) - 1, rows[j])
-            if tok in p.stop_token_ids or (tok == self.eos_token_id and not p.ignore_eos):
-                req.finished, req.finish_reason = True, "stop"
-            elif len(req.output) >= p.max_tokens:
-                req.finished, req.finish_reason = True, "length"
-            if req.finished:
-                break
-        if p.stop and self._stop_string(req):        # BUG (on purpose): once a step
+    def _finishes_at(self, req, tok, **checks) -> bool:
+        return super()._finishes_at(req, tok, stop_strings=False)
+
+    def _after_step(self, req) -> None:
+        if req.params.stop and self._stop_string(req):        # BUG (on purpose): once a step
             req.finished, req.finish_reason = True, "stop"
-        return kept
 
 
 class CapCrossed(Engine):
@@ -105,23 +94,12 @@ class CapCrossed(Engine):
             return 0
         return kappa if req.params.kappa is None else min(kappa, req.params.kappa)    # BUG: no tokens-left cap
 
-    def _append(self, req, emitted, rows) -> list:
-        kept = []
-        p = req.params
-        for j, tok in enumerate(emitted):
-            req.tokens.append(tok)
-            kept.append(tok)
-            if self.record_logits is not None:
-                self.record_logits(req.id, len(req.output) - 1, rows[j])
-            if tok in p.stop_token_ids or (tok == self.eos_token_id and not p.ignore_eos):
-                req.finished, req.finish_reason = True, "stop"
-            elif p.stop and self._stop_string(req):
-                req.finished, req.finish_reason = True, "stop"
-            if req.finished:
-                break
-        if not req.finished and len(req.output) >= p.max_tokens:    # BUG (on purpose): once a step
+    def _finishes_at(self, req, tok, **checks) -> bool:
+        return super()._finishes_at(req, tok, length=False)
+
+    def _after_step(self, req) -> None:
+        if not req.finished and len(req.output) >= req.params.max_tokens:    # BUG (on purpose): once a step
             req.finished, req.finish_reason = True, "length"
-        return kept
 
 
 class UsageChargesDrafts(Engine):
