@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import uuid
 
 from specverify.format import json_safe
 
@@ -18,7 +18,7 @@ def umask_mode(mode: int = 0o666) -> int:
 
 def write_atomic(path: str, data: str | bytes) -> None:
     """Write `data` to `path` via a temporary file in the same folder and an atomic rename; the file
-    gets the permissions open() would give it (mkstemp's are 0600). A failed write (full disk, a folder
+    gets the permissions open() would give it (the temporary file is made 0600). A failed write (full disk, a folder
     replaced by a file meanwhile, no permission) is an OutputError naming the path: one line, exit 2."""
     from specverify.errors import OutputError
 
@@ -27,7 +27,10 @@ def write_atomic(path: str, data: str | bytes) -> None:
     tmp = None
     try:
         os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+        # The name is chosen before the file exists, so a ^C at any bytecode after the create still finds
+        # it in `tmp` and removes it (mkstemp creates, then returns: a ^C in between leaked the file).
+        tmp = os.path.join(folder, f".tmp-{uuid.uuid4().hex}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, mode) as f:
             f.write(data)
             f.flush()
@@ -76,10 +79,12 @@ def check_writable(path: str, *, folder: bool = False) -> None:
         ancestor = os.path.dirname(ancestor)
     if not os.path.isdir(ancestor):
         raise InputError(f"{path}: {ancestor} is not a folder")
+    probe = os.path.join(ancestor, f".specverify-probe-{uuid.uuid4().hex}")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".specverify-probe-", dir=ancestor)
-        os.close(fd)
-        os.unlink(tmp)
+        try:
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        finally:
+            _remove(probe)
     except OSError as exc:
         raise InputError(f"{path}: cannot write in {ancestor} ({exc.strerror or exc})") from None
     if not folder and os.path.exists(path) and not os.access(path, os.W_OK):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
-import tempfile
 import uuid
 from contextlib import contextmanager
 
@@ -117,10 +116,17 @@ def atomic_dir(path: str, kind: str = "report"):
     try:
         os.makedirs(parent, exist_ok=True)
         _remove_stale(parent, base)
-        tmp = tempfile.mkdtemp(prefix=STAGING.format(base=base, pid=os.getpid()), dir=parent)
     except OSError as exc:
         raise OutputError(f"{path}: the report folder cannot be written ({exc.strerror or exc})") from None
+    # The name is chosen before the folder exists and the folder is made inside the try below, so a ^C
+    # landing anywhere after the mkdir removes it (mkdtemp makes the folder and then returns: a ^C
+    # between the two left a staging folder behind, seen once in CI).
+    tmp = os.path.join(parent, STAGING.format(base=base, pid=os.getpid()) + uuid.uuid4().hex[:12])
     try:
+        try:
+            os.mkdir(tmp, 0o700)
+        except OSError as exc:
+            raise OutputError(f"{path}: the report folder cannot be written ({exc.strerror or exc})") from None
         yield tmp
         with open(os.path.join(tmp, MARKER), "w") as f:
             f.write(f"{kind}\n" + "".join(f"{rel}\n" for rel in sorted(_written(tmp))))
