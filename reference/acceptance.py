@@ -29,9 +29,11 @@ How the drafts are drawn (`draft_sampling`): "sampled" (x ~ q, the draft's trans
 (x = the draft's argmax whatever the transform, q one-hot there: vLLM's default
 draft_sample_method="greedy"; `ArgmaxDraft`).
 
-The verify rule (`rule`): "chain" (`laws.EXACT`, accept x with min(1, p(x)/q(x))) or "sample-match"
+The verify rule (`rule`): "chain" (`laws.EXACT`, accept x with min(1, p(x)/q(x))), "sample-match"
 (`laws.MATCH`: the target samples each position, a draft is kept while it equals the sample; accept x
-with p(x)). Both are exact in law; their acceptance differs. Temperature 0 is `laws.GREEDY` for both.
+with p(x)) or "block" (block verification, `reference.block`: the drafts are verified jointly;
+`laws.block_chunk_law`). All three are exact in law; their acceptance differs (block >= chain >=
+sample-match in expectation). Temperature 0 is `laws.GREEDY` for all three.
 
 The law of one run is the law of its **trace**, the tuple of (k, m) of its verify steps in order,
 by recursion over the prefix tree: P(trace) = sum over the emitted sequences that give it of the
@@ -61,7 +63,7 @@ import numpy as np
 
 from specverify.errors import InputError
 
-from .laws import EXACT, GREEDY, MATCH, Transformed, chunk_law
+from .laws import EXACT, GREEDY, MATCH, Transformed, block_chunk_law, chunk_law
 from .sampling import argmax_lowest
 from .transforms import Transform
 
@@ -79,7 +81,19 @@ DRAFT_SAMPLING = (SAMPLED, ARGMAX)
 
 CHAIN = "chain"
 SAMPLE_MATCH = "sample-match"
-RULES = {CHAIN: EXACT, SAMPLE_MATCH: MATCH}
+BLOCK = "block"
+
+
+class _BlockSteps:
+    """The sentinel RULES holds for block verification, which is not chain-shaped: its steps' laws come
+    from `laws.block_chunk_law`, not from an accept/residual pair."""
+
+    def __repr__(self) -> str:
+        return "BLOCK_RULE"
+
+
+BLOCK_RULE = _BlockSteps()
+RULES = {CHAIN: EXACT, SAMPLE_MATCH: MATCH, BLOCK: BLOCK_RULE}
 
 C_DRAFT = 0.165
 """The draft's cost per token over the target's the speed-up is stated at when none is given: the seed's
@@ -242,7 +256,9 @@ def run_acceptance_law(target, draft, prompt=(), kappa: int = 2, length: int = 4
                 for tail, pt in tails.items():
                     add(out, tail, row[y] * pt)
         else:
-            for chunk, pc in chunk_law(rule, t_model, d_model, prefix, k, deterministic=greedy).items():
+            chunks = (block_chunk_law(t_model, d_model, prefix, k) if rule is BLOCK_RULE
+                      else chunk_law(rule, t_model, d_model, prefix, k, deterministic=greedy))
+            for chunk, pc in chunks.items():
                 step = ((k, len(chunk) - 1),)
                 tails = {(): 1.0} if emitted + len(chunk) >= length else rec(prefix + tuple(chunk))
                 for tail, pt in tails.items():

@@ -237,3 +237,35 @@ def test_totals_whose_drafts_contradict_a_fixed_schedule_fail():
     assert row.verdict == "fail" and "not kappa = 2 each" in row.detail, row.detail
     good = run_audit(TotalsOnly(), Context(samples=2000), ["engine_acceptance"])
     assert all(r.verdict == "pass" for r in acceptance_rows(good)), [(r.name, r.detail) for r in acceptance_rows(good)]
+
+
+SAMPLES_BLOCK = 2_000_000    # 200,000 runs: on the battery's toy block verification's E is only 0.0105 above
+                             # the chain rule's (2.3094 vs 2.2989), ~5 standard errors of the totals at this size
+
+
+class BlockEngine(ReferenceEngine):
+    """The reference engine verifying by block verification: exact output, more accepted drafts."""
+
+    name = "reference-block"
+    capabilities = {"engine"}
+    verify_rule = "block"
+
+    def __init__(self):
+        super().__init__()
+        from test_reference_acceptance import block_engine
+        self._engine = block_engine()
+
+
+class BlockDeclaredChain(BlockEngine):
+    name = "reference-block-declared-chain"
+    verify_rule = None
+
+
+def test_block_verification_passes_its_law_and_is_flagged_above_the_chain_law():
+    """Declared `block`, the block engine passes; declared chain, its counters are above the chain
+    rule's exact law -- impossible for the chain rule, so flagged (direction `above`), never passed."""
+    good = run_audit(BlockEngine(), Context(samples=SAMPLES_BLOCK), ["engine_acceptance"])
+    assert good.verdict == "pass", [(r.name, r.detail) for r in good.checks]
+    assert acceptance_rows(good)[0].data["acceptance"]["rule"] == "block"
+    bad = run_audit(BlockDeclaredChain(), Context(samples=SAMPLES_BLOCK), ["engine_acceptance"])
+    assert bad.verdict == "fail" and acceptance_rows(bad)[0].data["acceptance"]["direction"] == "above"

