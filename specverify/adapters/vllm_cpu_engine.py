@@ -375,7 +375,7 @@ class VllmCpuEngine:
             tokens[i, :len(ids)] = ids
         # greedy drafting with draft = target accepts x with p(x) < 1: the identity rows' premise (q = p) does
         # not hold, so no counters for them; with a real draft the acceptance law (argmax drafts) applies
-        counted = self.method == PROBABILISTIC or (self.method == DRAFT and draft is not target)
+        counted = self.method == PROBABILISTIC or (self.method in (DRAFT, BLOCK) and draft is not target)
         if not counted:
             return tokens, {}
         per_pos = [b - a for a, b in zip(c0["per_pos"] or [0] * len(c1["per_pos"]), c1["per_pos"])]
