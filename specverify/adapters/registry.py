@@ -33,6 +33,8 @@ ENGINES = {
     "mlx-serving": ("specverify.adapters.mlx_serving:make", "MLX-LM stream_generate with a draft model at the serving engine level (tiny f32 Llama, piece tokenizer): logprobs, length, usage, stream, seeds rows (bash specverify/findings/install_mlx.sh)"),
     "openvino": ("specverify.adapters.openvino:make", "OpenVINO GenAI 2026.4 draft-model speculative decoding (engine level) on tiny random Llamas exported to IR, f32"),
     "openvino-lookup": ("specverify.adapters.openvino:lookup", "OpenVINO GenAI prompt-lookup decoding (engine level) on tiny random Llamas"),
+    "openvino-serving": ("specverify.adapters.openvino_serving:make", "OpenVINO GenAI ContinuousBatchingPipeline with a draft model at the serving engine level (tiny f32 Llama IR, piece tokenizer): logprobs, stop, length, usage, stream, seeds rows"),
+    "openvino-lookup-serving": ("specverify.adapters.openvino_serving:lookup", "the same with prompt lookup"),
     "openvino-bitwise": ("specverify.adapters.openvino:smollm2", "OpenVINO GenAI greedy: self-draft and prompt lookup vs plain, token ids, on SmolLM2-135M exported to IR"),
     "openvino-bitwise-tiny": ("specverify.adapters.openvino:tiny", "the same on a tiny random Llama (CI)"),
     "vllm": ("specverify.adapters.vllm:make", "vLLM v1 rejection_sample on CPU (TRITON_INTERPRET), injected coins"),
