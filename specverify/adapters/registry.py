@@ -63,6 +63,7 @@ ENGINES = {
     "sglang-tree-greedy": ("specverify.adapters.sglang:tree_greedy", "SGLang verify_tree_greedy_triton on CPU"),
     "ortgenai": ("specverify.adapters.ortgenai:make", "ONNX Runtime GenAI draft-model speculation (engine level) on tiny Llamas exported by its model builder"),
     "ortgenai-ngram": ("specverify.adapters.ortgenai:ngram", "ONNX Runtime GenAI n-gram decoding (engine level) on the same tiny Llamas"),
+    "ortgenai-serving": ("specverify.adapters.ortgenai_serving:make", "ONNX Runtime GenAI's Generator with a draft model at the serving engine level (tiny fp32 Llama, piece tokenizer): length, stream, seeds rows (no logprobs, stop strings or usage in its API)"),
     "ortgenai-bitwise": ("specverify.adapters.ortgenai:smollm2", "ONNX Runtime GenAI greedy: self-draft and n-gram vs plain, batches, bitwise, on SmolLM2-135M (GGUF -> transformers -> builder)"),
     "ortgenai-bitwise-tiny": ("specverify.adapters.ortgenai:tiny", "the same on a tiny random Llama exported by the builder (CI)"),
 }
