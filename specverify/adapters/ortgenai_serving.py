@@ -26,7 +26,7 @@ Generator:
                 (several when drafts were kept), their text from one TokenizerStream (decode per token)
     text        Tokenizer.decode(ids)
 
-Not declared (SKIPs under not covered): logprobs (none returned: get_logits() after a speculative round
+Not declared (SKIPs under not covered, with the API's reason: `serving_skips`): logprobs (none returned: get_logits() after a speculative round
 is not each token's row), stop strings (the Generator has none; its stop is EOS), usage (no count),
 prefix cache, preemption (one sequence), n > 1. `steps` counts the kept drafts
 (get_speculative_stats' draft_tokens_accepted) over every call.
@@ -98,6 +98,15 @@ class OrtGenAIServing:
     name = "ortgenai-serving"
     capabilities = {"serving"}
     serving_features = ("text", "seed", "stream")
+    serving_skips = {
+        "logprobs": "the Generator returns none; get_logits() after a speculative round is the last verify row, not each "
+                    "kept token's",
+        "stop": "the Generator has no stop strings: its only stop is EOS (masked here by min_length: the tiny model's EOS "
+                "is no token of the law)",
+        "length.usage": "the Generator reports no token count",
+        "prefix_cache": "each request is a Generator of its own: no cache across requests, no cached-token count",
+        "preemption": "one Generator decodes one sequence: no KV budget, no preemption count",
+    }
 
     def __init__(self):
         self.og = ort_adapter._og()
