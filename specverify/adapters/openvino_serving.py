@@ -45,12 +45,14 @@ event); any other's is read once at the end (`read_all()`: the whole answer, as 
 Prompt lookup (`openvino-lookup-serving`) does not declare stop: with stop strings its pipeline aborts
 (step() raises RuntimeError "Cannot remove more tokens than has been generated" for 2 to 7 of 88
 stopped requests run alone; the draft-model pipeline for 3 or 4 of them, and both when the 88 run
-together: findings/repro/openvino_serving_outputs.py), so its stop row is a SKIP naming that, not an audit error.
+together: findings/repro/openvino_serving_outputs.py), so its stop row is a SKIP naming that, not an
+audit error.
 
-Not declared (SKIPs under not covered, with the API's reason: `serving_skips`): prefix_cache (the count of cached prompt tokens is reported
-nowhere, and prefix caching with a draft crashes), preemption (PipelineMetrics has cache usage, no
-preemption count), n > 1 (num_return_sequences exists; the engine-level protocol has no n). The
-logprobs are float32 (serving_float64_logprobs False: compared within checks.serving.LOGPROB_ATOL).
+Not declared (SKIPs under not covered, with the API's reason: `serving_skips`): prefix_cache (the count
+of cached prompt tokens is reported nowhere, and prefix caching with a draft crashes), preemption
+(PipelineMetrics has cache usage, no preemption count), n > 1 (num_return_sequences exists; the
+engine-level protocol has no n). The logprobs are float32 (serving_float64_logprobs False: compared
+within checks.serving.LOGPROB_ATOL).
 """
 
 from __future__ import annotations

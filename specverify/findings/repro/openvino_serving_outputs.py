@@ -19,7 +19,6 @@ tokens, requests added together and stepped to the end, as a server does):
   count     PerfMetrics.get_num_generated_tokens() against the ids returned, caps 1..12
 """
 import sys
-from pathlib import Path
 
 import numpy as np
 import openvino as ov
@@ -130,7 +129,8 @@ def audit(label, pipe, tok, pipe_again):
         if (ids != want or fin != "STOP") and example is None:
             example = (stop, want, ids, fin)
     print(f"{label:6s} stop    : {cases} stopped requests (include_stop_str_in_output): {bad_ids} return other ids "
-          f"than the run up to the first completion, {bad_finish} a finish reason other than STOP, {missing} finish STOP with ids whose text does not hold the stop string"
+          f"than the run up to the first completion, {bad_finish} a finish reason other than STOP, {missing} "
+          f"finish STOP with ids whose text does not hold the stop string"
           + (f"; e.g. stop {example[0]!r}: want {example[1]}, got {example[2]} finish {example[3]}" if example else ""))
     # the generated-token count
     caps = [(p, config(n, seed=100 + i)) for i, p in enumerate(PROMPTS) for n in range(1, N + 1)]
