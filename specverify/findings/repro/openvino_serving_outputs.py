@@ -17,6 +17,10 @@ tokens, requests added together and stepped to the end, as a server does):
             (include_stop_str_in_output True): the answer must be the unstopped run's (also alone)
             ids[:j'+1], j' the first completion, finish STOP
   count     PerfMetrics.get_num_generated_tokens() against the ids returned, caps 1..12
+
+GenerationConfig.max_ngram_size is set for prompt lookup only: in one run it was also set on the
+draft-model pipeline's requests, and then its logprobs and count lines read 0 (as plain) while its stop
+failures stayed -- what the draft pipeline runs with that field set was not established.
 """
 import sys
 
