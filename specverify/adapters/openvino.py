@@ -141,15 +141,18 @@ def write_tokenizer(out: Path, vocab: int) -> None:
     ov.save_model(decoder, str(out / "openvino_detokenizer.xml"))
 
 
-def export(folder, out=None) -> Path:
+def export(folder, out=None, tokenizer=write_tokenizer) -> Path:
     """The OpenVINO IR of a HF Llama folder (optimum-intel, float32 weights) with a tokenizer IR, built
-    once under `out` (default: cache_root() / folder name) and kept while the source's stamp is the same."""
+    once under `out` (default: cache_root() / folder name) and kept while the source's stamp is the same.
+    `tokenizer(out, vocab)` writes the tokenizer IR (default: the words of `write_tokenizer`)."""
     _load()
     folder = Path(folder)
     out = Path(out) if out is not None else cache_root() / folder.name
     src = folder / tiny_llama.STAMP
     params = {"source": str(folder.resolve()), "openvino_genai": version(),
               "source_stamp": src.read_text() if src.exists() else None}
+    if tokenizer is not write_tokenizer:      # the default's stamp stays as the cached IRs have it
+        params["tokenizer"] = f"{tokenizer.__module__}.{tokenizer.__qualname__}"
     stamp = out / IR_STAMP
     if stamp.exists() and json.loads(stamp.read_text()) == params and (out / "openvino_model.xml").exists():
         return out
@@ -161,7 +164,7 @@ def export(folder, out=None) -> Path:
         model = OVModelForCausalLM.from_pretrained(str(folder), export=True, compile=False, load_in_8bit=False,
                                                    ov_config=dict(PROPERTIES))
         model.save_pretrained(str(tmp))
-        write_tokenizer(tmp, vocab)
+        tokenizer(tmp, vocab)
         gen = {"eos_token_id": vocab, "bos_token_id": None, "pad_token_id": None}
         (tmp / "generation_config.json").write_text(json.dumps(gen))
         (tmp / IR_STAMP).write_text(json.dumps(params, indent=1))

@@ -33,6 +33,8 @@ ENGINES = {
     "mlx-serving": ("specverify.adapters.mlx_serving:make", "MLX-LM stream_generate with a draft model at the serving engine level (tiny f32 Llama, piece tokenizer): logprobs, length, usage, stream, seeds rows (bash specverify/findings/install_mlx.sh)"),
     "openvino": ("specverify.adapters.openvino:make", "OpenVINO GenAI 2026.4 draft-model speculative decoding (engine level) on tiny random Llamas exported to IR, f32"),
     "openvino-lookup": ("specverify.adapters.openvino:lookup", "OpenVINO GenAI prompt-lookup decoding (engine level) on tiny random Llamas"),
+    "openvino-serving": ("specverify.adapters.openvino_serving:make", "OpenVINO GenAI ContinuousBatchingPipeline with a draft model at the serving engine level (tiny f32 Llama IR, piece tokenizer): logprobs, stop, length, usage, stream, seeds rows"),
+    "openvino-lookup-serving": ("specverify.adapters.openvino_serving:lookup", "the same with prompt lookup"),
     "openvino-bitwise": ("specverify.adapters.openvino:smollm2", "OpenVINO GenAI greedy: self-draft and prompt lookup vs plain, token ids, on SmolLM2-135M exported to IR"),
     "openvino-bitwise-tiny": ("specverify.adapters.openvino:tiny", "the same on a tiny random Llama (CI)"),
     "vllm": ("specverify.adapters.vllm:make", "vLLM v1 rejection_sample on CPU (TRITON_INTERPRET), injected coins"),
@@ -61,6 +63,7 @@ ENGINES = {
     "sglang-tree-greedy": ("specverify.adapters.sglang:tree_greedy", "SGLang verify_tree_greedy_triton on CPU"),
     "ortgenai": ("specverify.adapters.ortgenai:make", "ONNX Runtime GenAI draft-model speculation (engine level) on tiny Llamas exported by its model builder"),
     "ortgenai-ngram": ("specverify.adapters.ortgenai:ngram", "ONNX Runtime GenAI n-gram decoding (engine level) on the same tiny Llamas"),
+    "ortgenai-serving": ("specverify.adapters.ortgenai_serving:make", "ONNX Runtime GenAI's Generator with a draft model at the serving engine level (tiny fp32 Llama, piece tokenizer): length, stream, seeds rows (no logprobs, stop strings or usage in its API)"),
     "ortgenai-bitwise": ("specverify.adapters.ortgenai:smollm2", "ONNX Runtime GenAI greedy: self-draft and n-gram vs plain, batches, bitwise, on SmolLM2-135M (GGUF -> transformers -> builder)"),
     "ortgenai-bitwise-tiny": ("specverify.adapters.ortgenai:tiny", "the same on a tiny random Llama exported by the builder (CI)"),
 }

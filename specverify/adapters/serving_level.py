@@ -21,6 +21,9 @@ its sampler -- logprobs, text, finish reasons, usage, step events -- without a s
                         (attribute, optional, default True) whether its logprobs are computed from the
                         toy's float64 rows (compared bit for bit); False: the engine casts its logits
                         (transformers' generate: float32), compared within checks.serving.LOGPROB_ATOL
+    serving_skips       (attribute, optional) {row: why}: why the engine's API cannot run a row the
+                        adapter leaves out (a row of SKIP_ROWS: "logprobs", "stop", "length.usage", ...);
+                        appended to that row's SKIP (an unknown row is an error)
     counters()          (optional) {"num_preemptions": int, "num_decode_preemptions": int} since the
                         adapter was built: preemptions, and those of a request that had emitted a token
 
@@ -49,6 +52,9 @@ FEATURES = ("logprobs",        # logprobs (and top when asked) of every kept id
             "stream",          # deltas: the text of each step's event (and delta_ids its ids)
             "prefix_cache")    # cached_tokens: prompt tokens served from a prefix cache
 FINISH_REASONS = ("stop", "length")
+# the engine-level rows an adapter may give its API's reason for skipping (`serving_skips`)
+SKIP_ROWS = ("logprobs", "stop", "length.usage", "stream", "seeds", "prefix_cache", "preemption",
+             "seeds.n_independent")
 TOKEN_ID_PREFIX = "token_id:"      # how the rows name a token in top entries (vLLM's return_tokens_as_token_ids)
 
 
@@ -101,6 +107,14 @@ def check_features(adapter, what: str) -> None:
     unknown = sorted({str(f) for f in feats if f not in FEATURES})
     if unknown:
         raise AdapterError(f"{what}: unknown serving feature(s) {', '.join(unknown)}; known: {', '.join(FEATURES)}")
+    skips = getattr(adapter, "serving_skips", None)
+    if skips is not None:
+        if not isinstance(skips, dict) or not all(isinstance(v, str) and v for v in skips.values()):
+            raise AdapterError(f"{what}: serving_skips must be a dict {{row: why (a non-empty string)}}, got {skips!r}")
+        unknown = sorted(str(k) for k in skips if k not in SKIP_ROWS)
+        if unknown:
+            raise AdapterError(f"{what}: serving_skips names unknown row(s) {', '.join(unknown)}; known: "
+                               f"{', '.join(SKIP_ROWS)}")
 
 
 def _bad(what: str, i: int, why: str) -> AdapterError:
@@ -239,4 +253,4 @@ class EngineLevelEngine:
         self.float64_logprobs = bool(getattr(adapter, "serving_float64_logprobs", True))
 
 
-__all__ = ["FEATURES", "ServingRequest", "ServingOutput", "EngineLevelClient", "EngineLevelEngine", "check_features"]
+__all__ = ["FEATURES", "SKIP_ROWS", "ServingRequest", "ServingOutput", "EngineLevelClient", "EngineLevelEngine", "check_features"]

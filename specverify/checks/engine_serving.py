@@ -17,7 +17,8 @@ exactness -- with "engine." for "server." in its name; the adapter's `complete` 
     engine.preemption    a wave preempted while decoding (the adapter's counters()) equals each alone
 
 The n = 2 independence row of the server level is not run: the protocol has no n > 1 (listed under not
-covered). An adapter without a feature gets that row as a SKIP (not covered). Exact rows only.
+covered). An adapter without a feature gets that row as a SKIP (not covered), with the reason its API
+gives where the adapter states one (`serving_skips`). Exact rows only.
 
 Budget (`--samples`): fixed prompts, runs and offsets (about 500 requests); --samples unused.
 """
@@ -32,10 +33,14 @@ from . import serving
 NOT_AT_ENGINE_LEVEL = "server.seeds.n_independent"     # needs n > 1 choices: the protocol has none
 
 
-def _renamed(row: CheckResult) -> CheckResult:
-    """A server row as the engine level's: "engine." for "server." in its name, "the engine" in its words."""
-    return replace(row, name="engine." + row.name.removeprefix("server."),
-                   detail=row.detail.replace("the server ", "the engine "))
+def _renamed(row: CheckResult, skips: dict) -> CheckResult:
+    """A server row as the engine level's: "engine." for "server." in its name, "the engine" in its words;
+    a SKIP gets the adapter's reason from its API (`serving_skips`), where it gives one."""
+    base = row.name.removeprefix("server.").split("[")[0]
+    detail = row.detail.replace("the server ", "the engine ")
+    if row.verdict == SKIP and base in skips:
+        detail = f"{detail} -- the engine's API: {skips[base]}"
+    return replace(row, name="engine." + row.name.removeprefix("server."), detail=detail)
 
 
 def run(engine, ctx) -> list[CheckResult]:
@@ -51,7 +56,8 @@ def run(engine, ctx) -> list[CheckResult]:
     rows.append(serving.preemption_row(level, ctx))
     rows.append(CheckResult("server.seeds.n_independent", SKIP, data={"not_covered": True},
                             detail="n > 1 choices: the engine-level protocol has none (a server audit runs this row)"))
-    return [_renamed(r) for r in rows]
+    skips = dict(getattr(engine, "serving_skips", None) or {})
+    return [_renamed(r, skips) for r in rows]
 
 
 __all__ = ["run"]
