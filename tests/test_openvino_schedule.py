@@ -10,6 +10,7 @@ fails exactly (no statistic)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from specverify.adapters import openvino as ovad
@@ -89,3 +90,35 @@ def test_counter_mismatches_fail_the_acceptance_rows_and_agreement_passes():
 def test_the_adapter_declares_capped_and_lookup_declares_none():
     assert ovad.OpenVINOEngine.draft_schedule == acc.CAPPED
     assert getattr(ovad.OpenVINOEngine, "verify_rule", acc.CHAIN) == acc.CHAIN
+
+
+def test_the_simulated_source_rule_keeps_an_identity_draft_at_its_closed_form_rate():
+    """`findings.openvino_acceptance.simulate` (OpenVINO's sampled rule as its source reads) with draft =
+    target: the first draft of the first verify step is kept with probability
+    sum_x p(x) sum_y p(y) min(1, (floor(100 p(x) / p(y)) + 1) / 101), averaged over the prefill's token --
+    below 1, where any exact rule keeps every identity draft. 20,000 simulated runs, seed 0; exact
+    binomial test at level 1e-3 (false-alarm rate 1e-3); the rate is about 0.90 here, so the exact rule's
+    rate 1 is about 45 standard errors away: a simulation that kept drafts by the chain rule fails."""
+    from scipy.stats import binomtest
+
+    from specverify.findings import openvino_acceptance as oa
+    from specverify.reference.toy import ToyModel
+    from specverify.reference.transforms import Transform
+
+    target = ToyModel(4, 5, scale=0.7, zero_frac=0.2)
+    t = Transform(temperature=0.7)
+
+    def keep_rate(prefix) -> float:
+        p = np.asarray(target.probs(prefix, t))
+        rate = 0.0
+        for x in np.flatnonzero(p > 0):
+            for y in np.flatnonzero(p > 0):
+                rate += p[x] * p[y] * min(1.0, (np.floor(100 * p[x] / p[y]) + 1) / 101)
+        return rate
+
+    root = np.asarray(target.probs(oa.PROMPT, t))
+    expected = sum(root[y0] * keep_rate(oa.PROMPT + (int(y0),)) for y0 in np.flatnonzero(root > 0))
+    runs = oa.simulate(target, target, t, 20_000, 0)
+    kept = sum(1 for sizes in runs if sizes[1] >= 2)
+    assert expected < 0.95
+    assert binomtest(kept, len(runs), expected).pvalue > 1e-3, (kept / len(runs), expected)
