@@ -56,6 +56,10 @@ What runs
                 acceptance check: under an exact rule the replacement is never the rejected draft.
                 verify_rule stays "chain": the law OpenVINO claims; its sampled rule is not exact (the
                 report's finding), so its sampled acceptance is tested against the law it should have
+                (it fails above it: findings/openvino_acceptance.py ties the excess to the rule). The
+                source quoted is the stored snapshot (master of 2026-08-21; the counters from commit
+                b4048bd1e): the 2026.4.1 tag is not stored, so each point above was also measured
+
 The tokenizer IR: the pipeline insists on one (a speculative pipeline encodes a test string to compare
 the draft's and the target's tokenizers). openvino_tokenizers 2026.4.1 cannot convert a tokenizer
 without special tokens (tiny_llama's WordLevel "t0".."t{V-1}"): `get_tokenizer_ov_subgraph` hands the
