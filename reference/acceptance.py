@@ -11,7 +11,8 @@ must declare it):
     FIXED    every step drafts kappa, the first one included (`reference.toy_engine.SpecEngine`)
     CAPPED   the first token comes from the prefill (a plain step, no drafts); every later step drafts
              min(kappa, length - emitted - 1), a step with 0 drafts is a plain decode
-             (`specverify.engine`; vLLM caps drafts by the tokens left the same way)
+             (`specverify.engine`; vLLM caps drafts by the tokens left the same way; OpenVINO GenAI's
+             draft pipeline stops at max_new_tokens - 1, `adapters.openvino`)
     TOKENS_LEFT  every step, the first included, drafts min(kappa, length - emitted - 1) (transformers'
              assisted generation: the target verifies the first drafts with the prompt, no plain prefill;
              `AssistedCandidateGenerator._calculate_new_tokens`)

@@ -162,28 +162,22 @@ def test_bitwise_tiny_plain_is_the_argmax_path_and_speculation_matches():
         assert spec.tokens == plain.tokens, proposer
 
 
-def test_draft_counts_fit_no_schedule_of_the_law(models):
-    """Why `openvino` declares no draft_schedule (its acceptance_skip): with draft = target, greedy, every
-    draft is accepted, and the engine's own counters give kappa 2, lengths 1..8: 0, 0, 1, 2, 2, 2, 2, 4
-    drafts a run. No schedule of `reference.acceptance` predicts that (`capped`, the nearest, predicts 3
-    and 4 at lengths 6 and 7). If OpenVINO changes, this fails and the SKIP must be revisited."""
-    from specverify.reference import acceptance as acc
-    target, _ = models
+def test_draft_steps_are_capped_and_the_counters_skip_the_finishing_step(models):
+    """`openvino` declares draft_schedule "capped": with draft = target, greedy, every draft is accepted,
+    and each run's step chunks (a streamer) are capped's 1, k + 1, ... (trace_of raises otherwise); the
+    engine's own counters are `expected_counters` of them in every run (no counter_mismatches) --
+    kappa 2, lengths 1..8: 0, 0, 1, 2, 2, 2, 2, 4 counted, 0, 0, 1, 2, 2, 3, 4, 4 drafted. With the
+    real draft, greedy, the counters agree in every run too. If OpenVINO changes, this fails."""
+    target, draft = models
     engine = ovad.OpenVINOEngine(ovad.DRAFT)
-    assert getattr(engine, "draft_schedule", None) is None
-    measured = []
+    assert engine.draft_schedule == "capped"
+    counted, made = [], []
     for length in range(1, 9):
         _, info = engine.generate(target, target, PROMPT, 2, Transform(temperature=0.0), 0, 1, length)
-        assert info["num_accepted"] == info["num_drafted"]
-        measured.append(info["num_drafted"])
-    assert measured == [0, 0, 1, 2, 2, 2, 2, 4]
-
-    def predicted(schedule, length):            # every draft accepted
-        emitted = drafted = 0
-        while emitted < length:
-            k = acc.drafts_at(schedule, 2, emitted, length)
-            drafted += k
-            full = k == 0 or emitted + k < length or schedule in (acc.FIXED, acc.PREFILL_FIXED)
-            emitted += k + 1 if full else k
-        return drafted
-    assert all([predicted(s, n) for n in range(1, 9)] != measured for s in acc.SCHEDULES)
+        assert info["num_accepted"] == info["num_drafted"] and info["counter_mismatches"]["runs"] == 0, info
+        counted.append(info["num_drafted"])
+        made.append(sum(k for k, _ in info["verify_counts"][0]))
+        assert all(k == m for k, m in info["verify_counts"][0])
+    assert counted == [0, 0, 1, 2, 2, 2, 2, 4] and made == [0, 0, 1, 2, 2, 3, 4, 4]
+    _, info = engine.generate(target, draft, PROMPT, 2, Transform(temperature=0.0), 0, 50, 8)
+    assert info["counter_mismatches"]["runs"] == 0 and len(info["verify_counts"]) == 50

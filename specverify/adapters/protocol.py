@@ -68,7 +68,10 @@ Engine level -- a black box, no coin access (capability "engine"):
                         and the acceptance law (`checks.engine_acceptance`) tests them; optionally
                         "num_verifies" (verify steps, >= 1 draft) and "verify_counts": one list per
                         run of its verify steps' (drafted, accepted) pairs, in order (then the
-                        acceptance law is tested per step, not only in total)
+                        acceptance law is tested per step, not only in total); an adapter that builds
+                        those traces from its declared schedule and checks them against the engine's
+                        own counters adds "counter_mismatches": {"runs": count, "example": ...} (a
+                        count above 0 fails `engine.acceptance[..., counters]`)
     draft_schedule      optional attribute: how many drafts each step makes, one of
                         `reference.acceptance.SCHEDULES` ("fixed": kappa every step; "capped": the
                         prefill emits the first token, then min(kappa, tokens left - 1);

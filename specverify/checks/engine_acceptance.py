@@ -24,6 +24,11 @@ without one the check runs nothing and says why, listed under not covered):
                                       and the detail).
     engine.acceptance_greedy[...]     temperature 0: the drafts and the verdicts are deterministic, so
                                       every run has the same trace (exact row).
+    engine.acceptance[... counters]   where the adapter builds the traces from the declared schedule and
+                                      checks them against the engine's own counters (info
+                                      "counter_mismatches": {"runs", "example"}): a run whose counters
+                                      disagree fails (exact row; its traces are then not what the engine
+                                      did, so the trace row's verdict stands only with this one).
 
 Every row reports E observed (with its own confidence interval where the engine gives traces) against
 the exact E and the range E observed over n runs keeps under the exact law, both at the audit's alpha
@@ -57,6 +62,7 @@ MIN_RUNS = 2000
 RUNS_DIVISOR = 10
 GREEDY_RUNS = 256
 TRACE_KEY = "verify_counts"
+MISMATCH_KEY = "counter_mismatches"
 TRANSFORM = Transform(temperature=0.7)      # not 1: a transform applied to one model only changes acceptance
 BELOW, ABOVE = "below", "above"
 
@@ -185,6 +191,18 @@ def total_row(name: str, info: dict, n: int, law: law_mod.RunAcceptanceLaw, seco
                        power_fn=lambda level: total_power(law, n, level, ctx.power))
 
 
+def counters_row(name: str, info: dict, n: int, schedule: str, seconds: float) -> CheckResult | None:
+    """A FAIL row where the engine's own counters disagree with the traces the adapter built from its
+    declared schedule (info "counter_mismatches"), else None (nothing reported: no row)."""
+    bad = info.get(MISMATCH_KEY)
+    if not bad or not int(bad.get("runs", 0)):
+        return None
+    return CheckResult(name, FAIL, n=n, exact=True, seconds=seconds,
+                       detail=f"in {int(bad['runs'])} of {n} runs the engine's own draft counters disagree with the "
+                              f"trace its declared schedule {schedule!r} gives (first: {bad.get('example')}): those "
+                              f"runs did not draft as declared", data={"counter_mismatches": bad})
+
+
 def ci_of(traces, level: float) -> list:
     """The observed E's central 1 - `level` confidence interval from the runs' own traces (delta method
     on the ratio 1 + sum A / sum N of independent runs)."""
@@ -237,6 +255,9 @@ def greedy_row(engine, ctx, target, draft, schedule: str) -> CheckResult:
                            detail=f"greedy runs must all have the trace {[list(s) for s in trace]} "
                                   f"(drafted, accepted per verify); {len(bad) if bad[0] is not None else 'the total'} "
                                   f"differ{first}; {describe(acc)}", data={"acceptance": acc})
+    bad_counters = counters_row(f"{name[:-1]}, counters]", info, GREEDY_RUNS, schedule, t.seconds)
+    if bad_counters is not None:
+        return bad_counters
     return CheckResult(name, PASS, n=GREEDY_RUNS, exact=True, seconds=t.seconds,
                        detail=f"every run has the exact trace {[list(s) for s in trace]}; {describe(acc)}",
                        data={"acceptance": acc})
@@ -276,6 +297,9 @@ def run(engine, ctx) -> list[CheckResult]:
                                     detail=f"generate() gave {len(traces)} traces for {n} runs"))
         else:
             rows.append(trace_row(f"engine.acceptance[{base}, {label}, per-step]", traces, law, t.seconds, ctx))
+            bad = counters_row(f"engine.acceptance[{base}, {label}, counters]", info, n, schedule, t.seconds)
+            if bad is not None:
+                rows.append(bad)
     elif info.get("num_accepted") is not None:
         rows.append(total_row(f"engine.acceptance[{base}, {label}, totals]", info, n, law, t.seconds, ctx))
     else:
