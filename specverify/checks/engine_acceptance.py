@@ -25,6 +25,11 @@ without one the check runs nothing and says why, listed under not covered):
     engine.acceptance_greedy[...]     temperature 0: the drafts and the verdicts are deterministic, so
                                       every run has the same trace (exact row).
 
+An adapter whose drafts come from the context in spans after an n-gram match (llama-cpp-python's prompt
+lookup, vLLM's n-gram proposer) declares `span_drafter`, a `reference.span_drafters.SpanDrafter` with the
+engine's rule; the law is then that drafter's (the battery's draft model is not used), each step drafting
+min(schedule's k, len(span)) tokens and a step with an empty span being a plain decode.
+
 Every row reports E observed (with its own confidence interval where the engine gives traces) against
 the exact E and the range E observed over n runs keeps under the exact law, both at the audit's alpha
 (delta method on the ratio 1 + accepted / verifies; the row's test itself is the trace law's or the
@@ -47,6 +52,8 @@ from scipy import stats as sps
 
 from specverify import stats
 from specverify.reference import acceptance as law_mod
+from specverify.errors import AdapterError
+from specverify.reference.span_drafters import is_span_drafter
 from specverify.reference.transforms import Transform
 
 from ..battery import harness
@@ -67,9 +74,11 @@ def runs_of(ctx) -> int:
 
 def exact_law(target, draft, transform: Transform, schedule: str, ctx=None,
               rule: str = law_mod.CHAIN, sampling: str = law_mod.SAMPLED) -> law_mod.RunAcceptanceLaw:
-    """The exact trace law of the battery's runs (memoised in the audit's state when `ctx` is given)."""
+    """The exact trace law of the battery's runs (memoised in the audit's state when `ctx` is given).
+    `draft` is the battery's draft model or the adapter's declared span drafter (`span_drafter`)."""
     def build():
-        drafter = law_mod.ArgmaxDraft(draft) if sampling == law_mod.ARGMAX else draft
+        spans = is_span_drafter(draft)
+        drafter = law_mod.ArgmaxDraft(draft) if sampling == law_mod.ARGMAX and not spans else draft
         return law_mod.run_acceptance_law(target, drafter, SETUP.prompt, SETUP.kappa, SETUP.length, transform,
                                           schedule, rule)
     if ctx is None:
@@ -208,11 +217,31 @@ def draft_sampling(engine) -> str:
     return getattr(engine, "draft_sampling", None) or law_mod.SAMPLED
 
 
+def span_drafter(engine):
+    """The adapter's declared span drafter (`reference.span_drafters`), or None: its drafts are then the
+    battery's draft model's. A declared object that is not a span drafter is the adapter's error."""
+    drafter = getattr(engine, "span_drafter", None)
+    if drafter is not None and not is_span_drafter(drafter):
+        raise AdapterError(f"{getattr(engine, 'name', 'the adapter')} declares span_drafter "
+                           f"{type(drafter).__name__}, which is not a reference.span_drafters.SpanDrafter")
+    return drafter
+
+
+def drafter_label(drafter) -> str:
+    """How a row names a span drafter: its class and settings."""
+    if drafter is None:
+        return ""
+    args = ", ".join(f"{k}={v}" for k, v in vars(drafter).items() if v is not None)
+    return f"{type(drafter).__name__}({args})"
+
+
 def greedy_row(engine, ctx, target, draft, schedule: str) -> CheckResult:
     """Temperature 0: every run has the one trace of the exact (deterministic) law."""
-    name = f"engine.acceptance_greedy[toy V={SETUP.vocab} L={SETUP.length} kappa={SETUP.kappa}, {schedule}]"
+    spans = span_drafter(engine)
+    label = f", {drafter_label(spans)}" if spans is not None else ""
+    name = f"engine.acceptance_greedy[toy V={SETUP.vocab} L={SETUP.length} kappa={SETUP.kappa}, {schedule}{label}]"
     transform = Transform(temperature=0.0)
-    law = exact_law(target, draft, transform, schedule, ctx)        # greedy: one rule whatever the declared one
+    law = exact_law(target, spans if spans is not None else draft, transform, schedule, ctx)   # greedy: one rule
     with Timer() as t:
         _, info = generate(engine, "engine", ctx, name, target=target, draft=draft, prompt=SETUP.prompt,
                            kappa=SETUP.kappa, transform=transform, seed=3, n=GREEDY_RUNS, length=SETUP.length)
@@ -259,9 +288,11 @@ def run(engine, ctx) -> list[CheckResult]:
     target, draft = harness.models(engine, SETUP, ctx)
     transform = TRANSFORM
     rule, sampling = verify_rule(engine), draft_sampling(engine)
-    law = exact_law(target, draft, transform, schedule, ctx, rule, sampling)
+    spans = span_drafter(engine)
+    law = exact_law(target, spans if spans is not None else draft, transform, schedule, ctx, rule, sampling)
     label = ", ".join([schedule] + ([rule] if rule != law_mod.CHAIN else [])              # in the row's name
-                      + ([f"{sampling} drafts"] if sampling != law_mod.SAMPLED else []))
+                      + ([f"{sampling} drafts"] if sampling != law_mod.SAMPLED and spans is None else [])
+                      + ([drafter_label(spans)] if spans is not None else []))
     n = runs_of(ctx)
     seed = int(ctx.draws("engine_acceptance", "law").integers(2**31))
     with Timer() as t:
