@@ -147,3 +147,23 @@ def test_a_declared_span_drafter_that_is_not_one_is_an_adapter_error():
     odd.span_drafter = object()
     with pytest.raises(AdapterError, match="span_drafter object is not"):
         check_adapter(odd, "odd")
+
+
+class NgramPrefillFixed(SpanEngine):
+    """A registered-free span engine for the isolation test (built in the worker by its class)."""
+
+    name = "toy-span-engine-ngram"
+
+    def __init__(self):
+        super().__init__(NgramSpan(1, 3), law_mod.PREFILL_FIXED)
+
+
+def test_the_span_drafter_declaration_reaches_an_isolated_handle_and_its_audit():
+    from specverify.isolation import open_adapter
+
+    with open_adapter(NgramPrefillFixed, timeout=120) as h:
+        assert h.isolated
+        assert isinstance(h.span_drafter, NgramSpan) and h.span_drafter.law_key == NgramSpan(1, 3).law_key
+        result = run_audit(h, Context(samples=2000), ["engine_acceptance"])
+    rows = [r for r in result.checks if r.check == "engine_acceptance"]
+    assert result.verdict == "pass" and all("NgramSpan" in r.name for r in rows), [(r.name, r.detail) for r in rows]

@@ -170,18 +170,21 @@ def total_power(law: law_mod.RunAcceptanceLaw, n: int, level: float, power: floa
     return float(z * math.sqrt(law.var_accepted / n) / law.mean_verifies)
 
 
-def total_row(name: str, info: dict, n: int, law: law_mod.RunAcceptanceLaw, seconds: float, ctx) -> CheckResult:
-    """The exact test of the total accepted drafts of n runs."""
+def total_row(name: str, info: dict, n: int, law: law_mod.RunAcceptanceLaw, seconds: float, ctx,
+              spans: bool = False) -> CheckResult:
+    """The exact test of the total accepted drafts of n runs (`spans`: a span drafter's steps draft
+    min(kappa, len(span)) tokens, so drafted = kappa x verifies is not required of them)."""
     accepted = int(info["num_accepted"])
     verifies = info.get("num_verifies")
     drafted = info.get("num_drafted")
-    if (law.schedule in (law_mod.FIXED, law_mod.PREFILL_FIXED) and verifies is not None and drafted is not None
+    if (law.schedule in (law_mod.FIXED, law_mod.PREFILL_FIXED) and not spans and verifies is not None
+            and drafted is not None
             and int(drafted) != law.kappa * int(verifies)):
         return CheckResult(name, FAIL, n=n, exact=True, seconds=seconds,
                            detail=f"the engine drafted {int(drafted)} tokens in {int(verifies)} verify steps, not "
                                   f"kappa = {law.kappa} each: its declared schedule {law.schedule!r} is not what it does",
                            data={"num_drafted": int(drafted), "num_verifies": int(verifies)})
-    if verifies is None and law.schedule == law_mod.FIXED and info.get("num_drafted") is not None:
+    if verifies is None and law.schedule == law_mod.FIXED and not spans and info.get("num_drafted") is not None:
         verifies = int(info["num_drafted"]) // law.kappa           # every verify drafts kappa
     obs = Observed(n, accepted, float(verifies) if verifies is not None else n * law.mean_verifies, verifies is not None)
     acc = summary(law, obs, ctx.alpha)
@@ -308,7 +311,8 @@ def run(engine, ctx) -> list[CheckResult]:
         else:
             rows.append(trace_row(f"engine.acceptance[{base}, {label}, per-step]", traces, law, t.seconds, ctx))
     elif info.get("num_accepted") is not None:
-        rows.append(total_row(f"engine.acceptance[{base}, {label}, totals]", info, n, law, t.seconds, ctx))
+        rows.append(total_row(f"engine.acceptance[{base}, {label}, totals]", info, n, law, t.seconds, ctx,
+                              spans is not None))
     else:
         rows.append(CheckResult(f"engine.acceptance[{base}]", SKIP, n=n, exact=True, seconds=t.seconds,
                                 detail="generate() reported no num_accepted counter nor verify_counts",
