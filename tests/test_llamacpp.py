@@ -127,6 +127,22 @@ def test_draft_runs_report_steps_the_declared_law_allows(engine, models):
     assert info["num_verifies"] == sum(len(t) for t in traces)
 
 
+def test_lookup_runs_report_steps_its_own_rules_law_allows(engine, models):
+    """Sampled runs of prompt lookup: each run's trace has probability > 0 under the law of its declared span
+    drafter (llama-cpp-python's own rule); no num_* totals (the identity rows' premise q = p does not hold)."""
+    from specverify.reference import acceptance as law_mod
+    target, draft = models
+    eng = engine["lookup"]
+    transform = Transform(temperature=0.7)
+    prompt = (1, 2, 1)                          # an early match: spans from the first step after the prefill
+    _, info = eng.generate(target, draft, prompt, KAPPA, transform, 3, 60, LENGTH)
+    law = law_mod.run_acceptance_law(target, eng.span_drafter, prompt, KAPPA, LENGTH, transform, eng.draft_schedule,
+                                     eng.verify_rule)
+    traces = [tuple(map(tuple, t)) for t in info["verify_counts"]]
+    assert len(traces) == 60 and all(t in law.index() for t in traces), set(traces) - set(law.traces)
+    assert sum(k for t in traces for k, _ in t) == info["ngram_drafted"] and "num_accepted" not in info
+
+
 def _law_p_value(target, tokens, transform):
     from specverify import stats
     from specverify.reference import laws
