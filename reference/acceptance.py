@@ -30,6 +30,13 @@ How the drafts are drawn (`draft_sampling`): "sampled" (x ~ q, the draft's trans
 (x = the draft's argmax whatever the transform, q one-hot there: vLLM's default
 draft_sample_method="greedy"; `ArgmaxDraft`).
 
+A **span drafter** (`reference.span_drafters`: llama-cpp-python's prompt lookup, vLLM's n-gram proposer)
+may stand in for the draft model: its drafts are a span chosen from the context at the step's start, and
+their number depends on the context. A step then drafts min(schedule's k, len(span)) tokens -- the span
+cut by the schedule, which caps it as it would a draft model's kappa -- and a step whose span is empty is
+a plain decode (no verify step in the trace). Its rows are one-hot, so the chain rule and sample-match
+accept alike: draft j with p(d_j).
+
 The verify rule (`rule`): "chain" (`laws.EXACT`, accept x with min(1, p(x)/q(x))), "sample-match"
 (`laws.MATCH`: the target samples each position, a draft is kept while it equals the sample; accept x
 with p(x)) or "block" (block verification, `reference.block`: the drafts are verified jointly;
@@ -66,6 +73,7 @@ from specverify.errors import InputError
 
 from .laws import EXACT, GREEDY, MATCH, Transformed, block_chunk_law, chunk_law
 from .sampling import argmax_lowest
+from .span_drafters import is_span_drafter
 from .transforms import Transform
 
 FIXED = "fixed"
@@ -222,12 +230,14 @@ class RunAcceptanceLaw:
 def run_acceptance_law(target, draft, prompt=(), kappa: int = 2, length: int = 4,
                        transform: Transform | None = None, schedule: str = FIXED,
                        verify_rule: str = CHAIN) -> RunAcceptanceLaw:
-    """The exact trace law of runs of `length` tokens after `prompt` (see the module docstring)."""
+    """The exact trace law of runs of `length` tokens after `prompt` (see the module docstring). `draft` is a
+    draft model or a span drafter (`reference.span_drafters.SpanDrafter`: k depends on the context)."""
     check_schedule(schedule)
     check_rule(verify_rule)
     if kappa < 1 or length < 1:
         raise InputError("the acceptance law needs kappa >= 1 and length >= 1")
-    if draft.vocab_size != target.vocab_size:
+    spans = is_span_drafter(draft)
+    if not spans and draft.vocab_size != target.vocab_size:
         raise InputError(f"draft vocabulary {draft.vocab_size} != target vocabulary {target.vocab_size}")
     transform = transform or Transform()
     greedy = transform.greedy
@@ -246,6 +256,10 @@ def run_acceptance_law(target, draft, prompt=(), kappa: int = 2, length: int = 4
             return memo[prefix]
         emitted = len(prefix) - len(prompt)
         k = drafts_at(schedule, kappa, emitted, length)
+        step_draft = d_model
+        if spans and k > 0:                         # the span proposed from this context, cut by the schedule
+            span = tuple(int(x) for x in draft.propose(prefix, kappa))[:k]
+            k, step_draft = len(span), SpanRows(prefix, span, target.vocab_size)
         out: dict = {}
         if k == 0:
             p = t_model.probs(prefix)
@@ -257,8 +271,8 @@ def run_acceptance_law(target, draft, prompt=(), kappa: int = 2, length: int = 4
                 for tail, pt in tails.items():
                     add(out, tail, row[y] * pt)
         else:
-            chunks = (block_chunk_law(t_model, d_model, prefix, k) if rule is BLOCK_RULE
-                      else chunk_law(rule, t_model, d_model, prefix, k, deterministic=greedy))
+            chunks = (block_chunk_law(t_model, step_draft, prefix, k) if rule is BLOCK_RULE
+                      else chunk_law(rule, t_model, step_draft, prefix, k, deterministic=greedy))
             for chunk, pc in chunks.items():
                 step = ((k, len(chunk) - 1),)
                 tails = {(): 1.0} if emitted + len(chunk) >= length else rec(prefix + tuple(chunk))
@@ -274,6 +288,21 @@ def run_acceptance_law(target, draft, prompt=(), kappa: int = 2, length: int = 4
 
 
 # ----------------------------------------------------------------------------- drafters without a model
+
+class SpanRows:
+    """The draft rows of one step of a span drafter (`reference.span_drafters`): after `prefix` + the
+    first j drafts, one-hot at span[j]. The span is fixed at the step's start (not re-matched per
+    position), which is why a span drafter is not a draft "model" of the prefix alone."""
+
+    def __init__(self, prefix, span, vocab_size: int):
+        self.prefix, self.span, self.vocab_size = tuple(prefix), tuple(span), int(vocab_size)
+
+    def probs(self, prefix, transform: Transform | None = None) -> np.ndarray:
+        j = len(prefix) - len(self.prefix)
+        row = np.zeros(self.vocab_size)
+        row[self.span[j]] = 1.0
+        return row
+
 
 class ArgmaxDraft:
     """A draft model that drafts its argmax (lowest id on ties) whatever the transform, q one-hot there:
@@ -386,5 +415,5 @@ def total_test(law: RunAcceptanceLaw, observed: int, n: int, level: float = 1e-3
     return TotalTest(s, n, n * law.mean_accepted, p, low, min(high, pmf.size - 1), level)
 
 
-__all__ = ["LookupDrafter", "FIXED", "CAPPED", "SCHEDULES", "C_DRAFT", "RunAcceptanceLaw", "run_acceptance_law", "drafts_at",
+__all__ = ["LookupDrafter", "SpanRows", "FIXED", "CAPPED", "SCHEDULES", "C_DRAFT", "RunAcceptanceLaw", "run_acceptance_law", "drafts_at",
            "speedup", "sum_pmf", "total_test", "TotalTest", "check_schedule", "TOKENS_LEFT"]

@@ -127,6 +127,51 @@ def test_draft_runs_report_steps_the_declared_law_allows(engine, models):
     assert info["num_verifies"] == sum(len(t) for t in traces)
 
 
+def test_lookup_runs_report_steps_its_own_rules_law_allows(engine, models):
+    """Sampled runs of prompt lookup: each run's trace has probability > 0 under the law of its declared span
+    drafter (llama-cpp-python's own rule); no num_* totals (the identity rows' premise q = p does not hold)."""
+    from specverify.reference import acceptance as law_mod
+    target, draft = models
+    eng = engine["lookup"]
+    transform = Transform(temperature=0.7)
+    prompt = (1, 2, 1)                          # an early match: spans from the first step after the prefill
+    _, info = eng.generate(target, draft, prompt, KAPPA, transform, 3, 60, LENGTH)
+    law = law_mod.run_acceptance_law(target, eng.span_drafter, prompt, KAPPA, LENGTH, transform, eng.draft_schedule,
+                                     eng.verify_rule)
+    traces = [tuple(map(tuple, t)) for t in info["verify_counts"]]
+    assert len(traces) == 60 and all(t in law.index() for t in traces), set(traces) - set(law.traces)
+    assert sum(k for t in traces for k, _ in t) == info["ngram_drafted"] and "num_accepted" not in info
+
+
+def test_lookup_traces_tell_its_rule_from_the_latest_match_rule(engine, models):
+    """From a prompt where the earliest and the latest match differ, 1000 sampled lookup runs pass the law
+    of llama-cpp-python's own rule (Pearson, level 1e-3) and fail the law of the rule that takes the latest
+    match (our engine's; a trace of probability 0 there, or Pearson p < 1e-3): the per-step row can tell
+    the two rules apart."""
+    from collections import Counter
+
+    from specverify import stats
+    from specverify.reference import acceptance as law_mod
+    from specverify.reference.span_drafters import RecentNgramSpan
+    target, draft = models
+    eng = engine["lookup"]
+    transform, prompt, kappa, length = Transform(temperature=0.7), (1, 2, 3, 1, 2, 0, 1, 2), 3, 4
+    _, info = eng.generate(target, draft, prompt, kappa, transform, 5, 1000, length)
+    runs = [tuple(map(tuple, t)) for t in info["verify_counts"]]
+    own = law_mod.run_acceptance_law(target, eng.span_drafter, prompt, kappa, length, transform, eng.draft_schedule)
+    counts = np.zeros(len(own.traces), np.int64)
+    for t, c in Counter(runs).items():
+        counts[own.index()[t]] = c                       # KeyError: a trace its own rule's law calls impossible
+    assert stats.pearson(counts, own.probs, alpha=1e-3).p_value > 1e-3
+    latest = law_mod.run_acceptance_law(target, RecentNgramSpan(1, 2), prompt, kappa, length, transform,
+                                        eng.draft_schedule)
+    if all(t in latest.index() for t in runs):
+        counts = np.zeros(len(latest.traces), np.int64)
+        for t, c in Counter(runs).items():
+            counts[latest.index()[t]] = c
+        assert stats.pearson(counts, latest.probs, alpha=1e-3).p_value < 1e-3
+
+
 def _law_p_value(target, tokens, transform):
     from specverify import stats
     from specverify.reference import laws

@@ -114,7 +114,11 @@ def test_llm_after_ngram_in_one_process(pair):
     _vllm()
     target, draft = pair
     eng = v.VllmCpuEngine(v.NGRAM)
-    eng.generate(target, draft, (1,), 2, Transform(temperature=0.0), 0, 4, 4)
+    _, info = eng.generate(target, draft, (1,), 2, Transform(temperature=0.0), 0, 4, 4)
+    # n-gram: the counters of its own rule's acceptance law (spans of 0..kappa drafts), none for identity rows
+    assert eng.draft_schedule == "prefill-fixed" and eng.span_drafter.law_key == v.NgramSpan(1, 3, 64).law_key
+    assert {"num_drafted", "num_accepted", "num_verifies"} <= set(info) and info["num_drafted"] <= 2 * info["num_verifies"]
+    assert eng.generate(target, target, (1,), 2, Transform(temperature=0.0), 0, 4, 4)[1] == {}
     other = v.VllmCpuEngine(v.DRAFT)
     tok, info = other.generate(target, draft, (1,), 2, Transform(temperature=0.0), 0, 4, 4)
     # greedy drafting with a real draft: the counters of the acceptance law (argmax drafts, prefill-fixed)

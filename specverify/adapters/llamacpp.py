@@ -55,8 +55,11 @@ The battery's inputs:
                    first token (no drafts), every later step drafts kappa, of which the run verifies
                    min(kappa, tokens left) (the generator samples lazily and the run stops reading at
                    `length`). Prompt lookup reports
-                   them as {"ngram_drafted", "ngram_accepted"}: its drafts do not come from the draft
-                   model, so the identity rows (q = p) do not apply to it and are skipped
+                   the totals as {"ngram_drafted", "ngram_accepted"}: its drafts do not come from the draft
+                   model, so the identity rows (q = p) do not apply to it and are skipped; and the same
+                   per-step "verify_counts", whose law is that of its own rule
+                   (`span_drafter = reference.span_drafters.PromptLookupSpan(2)`, same schedule; a call
+                   that proposes nothing is a plain step, not a verify step)
 
 Processors (`processors`): llama.cpp's own sampler stages where they exist, else llama-cpp-python's
 `logits_processor` hook (a custom llama.cpp sampler, first in the chain, that calls Python
@@ -94,6 +97,7 @@ from specverify.errors import InputError
 from specverify.models import gguf
 from specverify.models import tiny as tiny_llama
 from specverify.reference.batch import PAD
+from specverify.reference.span_drafters import PromptLookupSpan
 
 INSTALL = installed.HINTS["llamacpp"]
 METHODS = ("lookup", "draft")
@@ -261,12 +265,10 @@ class LlamaCpp:
             # last token only (lazy sampling, `steps`): min(kappa, tokens left) visible drafts a step
             self.draft_schedule = "prefill-to-length"
         else:
-            self.acceptance_skip = (
-                "LlamaPromptLookupDecoding proposes, in one span, up to num_pred_tokens tokens that follow the "
-                "earliest match of the last max_ngram_size..1 tokens (cut at the end of the sequence; none when "
-                "nothing matches: a plain step), which is not the reference's LookupDrafter (one token per draft "
-                "position, from the latest match, re-matched after each); "
-                "no exact law of its drafts is implemented, and the adapter reports its counts only as ngram_*")
+            # the same schedule, the drafts a span of LlamaPromptLookupDecoding's own rule: a call that proposes
+            # nothing is a plain step; the law is that of the rule (reference.span_drafters.PromptLookupSpan)
+            self.draft_schedule = "prefill-to-length"
+            self.span_drafter = PromptLookupSpan(NGRAM)
         self.name = f"llamacpp-{method}"
         self.threads = int(threads)
         self.llama = load("llama_cpp.llama")
@@ -347,7 +349,8 @@ class LlamaCpp:
         finally:
             llm.draft_model = None
         if self.method == "lookup":         # n-gram drafts ignore the draft model: the identity premise (q = p)
-            return out, {"ngram_drafted": drafted, "ngram_accepted": accepted}   # does not apply
+            # does not apply, so no num_* totals; the per-step traces are for the span drafter's acceptance law
+            return out, {"ngram_drafted": drafted, "ngram_accepted": accepted, "verify_counts": traces}
         return out, {"num_drafted": drafted, "num_accepted": accepted, "num_verifies": sum(len(t) for t in traces),
                      "verify_counts": traces}
 

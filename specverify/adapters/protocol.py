@@ -88,6 +88,10 @@ Engine level -- a black box, no coin access (capability "engine"):
     draft_sampling      optional attribute: "sampled" (the default: drafts drawn from the draft's
                         transformed row) or "argmax" (the draft's argmax whatever the transform, q
                         one-hot: vLLM's draft_sample_method="greedy"); another value is an error
+    span_drafter        optional attribute: a `reference.span_drafters.SpanDrafter` with the engine's
+                        own rule, for engines whose drafts are a span after an n-gram match in the
+                        context (prompt lookup, n-gram proposers): the acceptance law is that
+                        drafter's, not the battery's draft model's; another object is an error
     acceptance_skip     optional attribute: a sentence saying why the adapter has no draft_schedule
                         (what its engine's API lacks), put in the acceptance row's SKIP
     acceptance_knobs    optional attribute: the knobs generate takes for the metamorphic acceptance
@@ -300,6 +304,10 @@ def check_verify_rule(adapter, what: str) -> None:
     rule = getattr(adapter, "verify_rule", None)
     if rule is not None and rule not in RULES:
         raise AdapterError(f"{what}: verify_rule {rule!r} is not one of {', '.join(RULES)}")
+    from specverify.reference.span_drafters import is_span_drafter
+    spans = getattr(adapter, "span_drafter", None)
+    if spans is not None and not is_span_drafter(spans):
+        raise AdapterError(f"{what}: span_drafter {type(spans).__name__} is not a reference.span_drafters.SpanDrafter")
     from specverify.reference.acceptance import DRAFT_SAMPLING
     sampling = getattr(adapter, "draft_sampling", None)
     if sampling is not None and sampling not in DRAFT_SAMPLING:

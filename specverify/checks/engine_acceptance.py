@@ -30,6 +30,11 @@ without one the check runs nothing and says why, listed under not covered):
                                       disagree fails (exact row; its traces are then not what the engine
                                       did, so the trace row's verdict stands only with this one).
 
+An adapter whose drafts come from the context in spans after an n-gram match (llama-cpp-python's prompt
+lookup, vLLM's n-gram proposer) declares `span_drafter`, a `reference.span_drafters.SpanDrafter` with the
+engine's rule; the law is then that drafter's (the battery's draft model is not used), each step drafting
+min(schedule's k, len(span)) tokens and a step with an empty span being a plain decode.
+
 Every row reports E observed (with its own confidence interval where the engine gives traces) against
 the exact E and the range E observed over n runs keeps under the exact law, both at the audit's alpha
 (delta method on the ratio 1 + accepted / verifies; the row's test itself is the trace law's or the
@@ -52,6 +57,8 @@ from scipy import stats as sps
 
 from specverify import stats
 from specverify.reference import acceptance as law_mod
+from specverify.errors import AdapterError
+from specverify.reference.span_drafters import is_span_drafter
 from specverify.reference.transforms import Transform
 
 from ..battery import harness
@@ -73,9 +80,11 @@ def runs_of(ctx) -> int:
 
 def exact_law(target, draft, transform: Transform, schedule: str, ctx=None,
               rule: str = law_mod.CHAIN, sampling: str = law_mod.SAMPLED) -> law_mod.RunAcceptanceLaw:
-    """The exact trace law of the battery's runs (memoised in the audit's state when `ctx` is given)."""
+    """The exact trace law of the battery's runs (memoised in the audit's state when `ctx` is given).
+    `draft` is the battery's draft model or the adapter's declared span drafter (`span_drafter`)."""
     def build():
-        drafter = law_mod.ArgmaxDraft(draft) if sampling == law_mod.ARGMAX else draft
+        spans = is_span_drafter(draft)
+        drafter = law_mod.ArgmaxDraft(draft) if sampling == law_mod.ARGMAX and not spans else draft
         return law_mod.run_acceptance_law(target, drafter, SETUP.prompt, SETUP.kappa, SETUP.length, transform,
                                           schedule, rule)
     if ctx is None:
@@ -167,18 +176,21 @@ def total_power(law: law_mod.RunAcceptanceLaw, n: int, level: float, power: floa
     return float(z * math.sqrt(law.var_accepted / n) / law.mean_verifies)
 
 
-def total_row(name: str, info: dict, n: int, law: law_mod.RunAcceptanceLaw, seconds: float, ctx) -> CheckResult:
-    """The exact test of the total accepted drafts of n runs."""
+def total_row(name: str, info: dict, n: int, law: law_mod.RunAcceptanceLaw, seconds: float, ctx,
+              spans: bool = False) -> CheckResult:
+    """The exact test of the total accepted drafts of n runs (`spans`: a span drafter's steps draft
+    min(kappa, len(span)) tokens, so drafted = kappa x verifies is not required of them)."""
     accepted = int(info["num_accepted"])
     verifies = info.get("num_verifies")
     drafted = info.get("num_drafted")
-    if (law.schedule in (law_mod.FIXED, law_mod.PREFILL_FIXED) and verifies is not None and drafted is not None
+    if (law.schedule in (law_mod.FIXED, law_mod.PREFILL_FIXED) and not spans and verifies is not None
+            and drafted is not None
             and int(drafted) != law.kappa * int(verifies)):
         return CheckResult(name, FAIL, n=n, exact=True, seconds=seconds,
                            detail=f"the engine drafted {int(drafted)} tokens in {int(verifies)} verify steps, not "
                                   f"kappa = {law.kappa} each: its declared schedule {law.schedule!r} is not what it does",
                            data={"num_drafted": int(drafted), "num_verifies": int(verifies)})
-    if verifies is None and law.schedule == law_mod.FIXED and info.get("num_drafted") is not None:
+    if verifies is None and law.schedule == law_mod.FIXED and not spans and info.get("num_drafted") is not None:
         verifies = int(info["num_drafted"]) // law.kappa           # every verify drafts kappa
     obs = Observed(n, accepted, float(verifies) if verifies is not None else n * law.mean_verifies, verifies is not None)
     acc = summary(law, obs, ctx.alpha)
@@ -226,11 +238,31 @@ def draft_sampling(engine) -> str:
     return getattr(engine, "draft_sampling", None) or law_mod.SAMPLED
 
 
+def span_drafter(engine):
+    """The adapter's declared span drafter (`reference.span_drafters`), or None: its drafts are then the
+    battery's draft model's. A declared object that is not a span drafter is the adapter's error."""
+    drafter = getattr(engine, "span_drafter", None)
+    if drafter is not None and not is_span_drafter(drafter):
+        raise AdapterError(f"{getattr(engine, 'name', 'the adapter')} declares span_drafter "
+                           f"{type(drafter).__name__}, which is not a reference.span_drafters.SpanDrafter")
+    return drafter
+
+
+def drafter_label(drafter) -> str:
+    """How a row names a span drafter: its class and settings."""
+    if drafter is None:
+        return ""
+    args = ", ".join(f"{k}={v}" for k, v in vars(drafter).items() if v is not None)
+    return f"{type(drafter).__name__}({args})"
+
+
 def greedy_row(engine, ctx, target, draft, schedule: str) -> CheckResult:
     """Temperature 0: every run has the one trace of the exact (deterministic) law."""
-    name = f"engine.acceptance_greedy[toy V={SETUP.vocab} L={SETUP.length} kappa={SETUP.kappa}, {schedule}]"
+    spans = span_drafter(engine)
+    label = f", {drafter_label(spans)}" if spans is not None else ""
+    name = f"engine.acceptance_greedy[toy V={SETUP.vocab} L={SETUP.length} kappa={SETUP.kappa}, {schedule}{label}]"
     transform = Transform(temperature=0.0)
-    law = exact_law(target, draft, transform, schedule, ctx)        # greedy: one rule whatever the declared one
+    law = exact_law(target, spans if spans is not None else draft, transform, schedule, ctx)   # greedy: one rule
     with Timer() as t:
         _, info = generate(engine, "engine", ctx, name, target=target, draft=draft, prompt=SETUP.prompt,
                            kappa=SETUP.kappa, transform=transform, seed=3, n=GREEDY_RUNS, length=SETUP.length)
@@ -258,6 +290,11 @@ def greedy_row(engine, ctx, target, draft, schedule: str) -> CheckResult:
     bad_counters = counters_row(f"{name[:-1]}, counters]", info, GREEDY_RUNS, schedule, t.seconds)
     if bad_counters is not None:
         return bad_counters
+    if not trace:           # no verify step on the greedy path (a span drafter that never matches there)
+        return CheckResult(name, SKIP, n=GREEDY_RUNS, exact=True, seconds=t.seconds,
+                           detail="the greedy path makes no verify step under this drafter (its span is empty at "
+                                  "every step), and no run made one: no acceptance to test",
+                           data={"not_covered": ["greedy acceptance (no verify step)"], "acceptance": acc})
     return CheckResult(name, PASS, n=GREEDY_RUNS, exact=True, seconds=t.seconds,
                        detail=f"every run has the exact trace {[list(s) for s in trace]}; {describe(acc)}",
                        data={"acceptance": acc})
@@ -280,9 +317,11 @@ def run(engine, ctx) -> list[CheckResult]:
     target, draft = harness.models(engine, SETUP, ctx)
     transform = TRANSFORM
     rule, sampling = verify_rule(engine), draft_sampling(engine)
-    law = exact_law(target, draft, transform, schedule, ctx, rule, sampling)
+    spans = span_drafter(engine)
+    law = exact_law(target, spans if spans is not None else draft, transform, schedule, ctx, rule, sampling)
     label = ", ".join([schedule] + ([rule] if rule != law_mod.CHAIN else [])              # in the row's name
-                      + ([f"{sampling} drafts"] if sampling != law_mod.SAMPLED else []))
+                      + ([f"{sampling} drafts"] if sampling != law_mod.SAMPLED and spans is None else [])
+                      + ([drafter_label(spans)] if spans is not None else []))
     n = runs_of(ctx)
     seed = int(ctx.draws("engine_acceptance", "law").integers(2**31))
     with Timer() as t:
@@ -301,7 +340,8 @@ def run(engine, ctx) -> list[CheckResult]:
             if bad is not None:
                 rows.append(bad)
     elif info.get("num_accepted") is not None:
-        rows.append(total_row(f"engine.acceptance[{base}, {label}, totals]", info, n, law, t.seconds, ctx))
+        rows.append(total_row(f"engine.acceptance[{base}, {label}, totals]", info, n, law, t.seconds, ctx,
+                              spans is not None))
     else:
         rows.append(CheckResult(f"engine.acceptance[{base}]", SKIP, n=n, exact=True, seconds=t.seconds,
                                 detail="generate() reported no num_accepted counter nor verify_counts",

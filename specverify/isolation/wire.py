@@ -30,8 +30,8 @@ from .factories import resolve_ref
 METHODS = tuple(m.name for m in PROTOCOL)
 # attributes copied from the adapter when it has them (name, version and capabilities always are)
 ATTRIBUTES = ("audit_defaults", "row_dtype", "models", "processors", "draft_schedule", "acceptance_knobs", "verify_rule",
-              "draft_sampling", "acceptance_skip", "serving_model", "serving_features", "serving_float64_logprobs", "serving_codec",
-              "serving_skips")
+              "draft_sampling", "acceptance_skip", "span_drafter", "serving_model", "serving_features",
+              "serving_float64_logprobs", "serving_codec", "serving_skips")
 # parameter names of the protocol methods (`adapters.protocol.PROTOCOL`): they name the arrays in last_mutated
 PARAMS = {m.name: m.params for m in PROTOCOL}
 BITWISE_DATA = (GreedyResult, BitwiseInfo)     # results sent back as themselves (`adapters.bitwise_level`)
