@@ -79,7 +79,8 @@ shipped_lookup = GPUModelRunner._get_spec_decode_draft_probs
 
 def counting_lookup(self, spec_decode_metadata):
     probs = shipped_lookup(self, spec_decode_metadata)
-    STEPS.append((probs is None, bool((spec_decode_metadata.draft_token_ids < 0).any())))
+    if sum(spec_decode_metadata.num_draft_tokens):          # a step that verifies drafts
+        STEPS.append((probs is None, bool((spec_decode_metadata.draft_token_ids < 0).any())))
     return probs
 
 
