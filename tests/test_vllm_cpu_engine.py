@@ -142,6 +142,10 @@ def test_engine_reproducers_exist_and_stand_alone():
         assert mapped(name, "engine.runs[toy V=4 L=4 kappa=2]") == "vllm_cpu_engine_draft_law"
         assert mapped(name, "engine.transform[top_k=2, toy V=4 L=4]") == "vllm_cpu_engine_top_k"
     assert mapped("vllm-cpu-engine", "engine.runs[toy V=4 L=4 kappa=2]") == "vllm_cpu_engine_spec_law"
+    # probabilistic, shim repaired: the acceptance row's shortfall is the q-less fallback of padded steps (issue 29)
+    row = "engine.acceptance[toy V=4 L=4 kappa=2 temperature=0.7, prefill-fixed, totals]"
+    assert mapped("vllm-cpu-engine-probabilistic-fixed", row) == "vllm_cpu_engine_q_fallback"
+    assert mapped("vllm-cpu-engine-fixed", row) == "vllm_cpu_engine_draft_law"
 
 
 def test_admission_modes_and_refusal(monkeypatch):

@@ -133,6 +133,11 @@ REPRODUCERS = {
     **{name: [("top_k", "vllm_cpu_engine_top_k"), ("engine.", "vllm_cpu_engine_draft_law")]
        for name in ("vllm-cpu-engine-fixed", "vllm-cpu-engine-probabilistic-fixed", "vllm-cpu-engine-ngram-fixed",
                     "vllm-cpu-engine-block-fixed")},
+    # probabilistic drafting, shim repaired: a step with a padded new request is verified without q for every
+    # request (the runner's draft-prob lookup returns None for the batch): acceptance below the law (issue 29)
+    "vllm-cpu-engine-probabilistic-fixed": [("engine.acceptance[", "vllm_cpu_engine_q_fallback"),
+                                            ("top_k", "vllm_cpu_engine_top_k"),
+                                            ("engine.", "vllm_cpu_engine_draft_law")],
     "vllm-cpu-bitwise-tiny": [],
     "vllm-cpu-bitwise": [],
     "transformers-assisted": [("identity", "transformers_identity_draft")],
