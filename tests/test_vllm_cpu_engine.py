@@ -146,3 +146,118 @@ def test_engine_reproducers_exist_and_stand_alone():
         assert mapped(name, "engine.runs[toy V=4 L=4 kappa=2]") == "vllm_cpu_engine_draft_law"
         assert mapped(name, "engine.transform[top_k=2, toy V=4 L=4]") == "vllm_cpu_engine_top_k"
     assert mapped("vllm-cpu-engine", "engine.runs[toy V=4 L=4 kappa=2]") == "vllm_cpu_engine_spec_law"
+    # probabilistic, shim repaired: the acceptance row's shortfall is the q-less fallback of padded steps (issue 29)
+    row = "engine.acceptance[toy V=4 L=4 kappa=2 temperature=0.7, prefill-fixed, totals]"
+    assert mapped("vllm-cpu-engine-probabilistic-fixed", row) == "vllm_cpu_engine_q_fallback"
+    assert mapped("vllm-cpu-engine-fixed", row) == "vllm_cpu_engine_draft_law"
+
+
+def test_admission_modes_and_refusal(monkeypatch):
+    """SPECVERIFY_VLLM_ADMIT: unset or empty is batched; each mode is read as given; anything else is an
+    InputError naming the variable (never a silent fallback to batched)."""
+    from specverify.errors import InputError
+    monkeypatch.delenv(v.ADMIT_ENV, raising=False)
+    assert v.admission() == v.BATCHED
+    monkeypatch.setenv(v.ADMIT_ENV, "")
+    assert v.admission() == v.BATCHED
+    for mode in v.ADMISSIONS:
+        monkeypatch.setenv(v.ADMIT_ENV, mode)
+        assert v.admission() == mode
+    monkeypatch.setenv(v.ADMIT_ENV, "serialised")
+    with pytest.raises(InputError, match=v.ADMIT_ENV):
+        v.admission()
+
+
+def test_generate_chunks():
+    """lockstep: MAX_NUM_SEQS runs per generate call (each chunk admitted in one step), covering every run once;
+    batched and serial: one call with all of them."""
+    m = v.MAX_NUM_SEQS
+    assert v.generate_chunks(2 * m + 7, v.LOCKSTEP) == [(0, m), (m, 2 * m), (2 * m, 2 * m + 7)]
+    assert v.generate_chunks(m, v.LOCKSTEP) == [(0, m)]
+    assert v.generate_chunks(2 * m + 7, v.BATCHED) == [(0, 2 * m + 7)]
+    assert v.generate_chunks(2 * m + 7, v.SERIAL) == [(0, 2 * m + 7)]
+    assert v.generate_chunks(0, v.LOCKSTEP) == []
+
+
+class _FakeLLM:
+    """Records the size of each generate call; returns outputs of `length` tokens (no vLLM)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def generate(self, prompts, params, use_tqdm=False):
+        from types import SimpleNamespace
+        assert len(prompts) == len(params)
+        self.calls.append(len(prompts))
+        return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=[i % 4] * p.max_tokens)])
+                for i, p in enumerate(params)]
+
+    def get_metrics(self):
+        return []
+
+
+class _FakeEngines:
+    """Stands in for `Engines`: records max_num_seqs, hands out one _FakeLLM."""
+
+    def __init__(self, fixed=False, max_num_seqs=v.MAX_NUM_SEQS, **kw):
+        from types import SimpleNamespace
+        self.max_num_seqs = max_num_seqs
+        self.llm = _FakeLLM()
+        self.SamplingParams = lambda **kw: SimpleNamespace(**kw)
+        self.TokensPrompt = lambda prompt_token_ids: list(prompt_token_ids)
+
+    def get(self, *args, **kw):
+        return self.llm
+
+
+@pytest.mark.parametrize("mode, max_num_seqs, calls, suffix", [
+    (v.BATCHED, v.MAX_NUM_SEQS, [600], ""),
+    (v.LOCKSTEP, v.MAX_NUM_SEQS, [v.MAX_NUM_SEQS, v.MAX_NUM_SEQS, 600 - 2 * v.MAX_NUM_SEQS], "-admit-lockstep"),
+    (v.SERIAL, 1, [600], "-admit-serial")])
+def test_admission_reaches_the_engine(pair, monkeypatch, mode, max_num_seqs, calls, suffix):
+    """The mode sets the engine's max_num_seqs (serial: 1) and how the runs are split into generate calls, the
+    adapter's name says which ran, and every run's tokens come back in order whatever the split."""
+    monkeypatch.setenv(v.ADMIT_ENV, mode)
+    monkeypatch.setattr(v, "Engines", _FakeEngines)
+    monkeypatch.setattr(v, "expand_shim_ok", lambda: True)
+    target, draft = pair
+    eng = v.VllmCpuEngine(v.PROBABILISTIC, fixed=True)
+    assert eng.name == "vllm-cpu-engine-probabilistic-fixed" + suffix
+    assert eng.engines.max_num_seqs == max_num_seqs
+    tok, info = eng.generate(target, draft, (1,), 2, Transform(temperature=0.7), 0, 600, 3)
+    assert eng.engines.llm.calls == calls
+    assert tok.shape == (600, 3) and (tok[:, 0] == np.arange(600) % 4).all()
+    assert info["num_drafted"] == 0 and info["num_accepted"] == 0
+
+
+def test_repairs_are_named_and_diagnostic_only(monkeypatch):
+    """SPECVERIFY_VLLM_REPAIR: a comma list of known repairs, for the -fixed variants only; unknown names and
+    repairs of the product are InputErrors; the adapter's name lists what was repaired."""
+    from specverify.errors import InputError
+    monkeypatch.delenv(v.REPAIR_ENV, raising=False)
+    assert v.repairs(True) == () and v.repairs(False) == ()
+    monkeypatch.setenv(v.REPAIR_ENV, " lookup , guard,lookup")
+    assert v.repairs(True) == (v.GUARD, v.LOOKUP)
+    with pytest.raises(InputError, match="-fixed"):
+        v.repairs(False)
+    monkeypatch.setenv(v.REPAIR_ENV, "guard,lokup")
+    with pytest.raises(InputError, match="lokup"):
+        v.repairs(True)
+    monkeypatch.setenv(v.REPAIR_ENV, "lookup")
+    monkeypatch.setenv(v.ADMIT_ENV, v.SERIAL)
+    monkeypatch.setattr(v, "Engines", _FakeEngines)
+    assert v.VllmCpuEngine(v.PROBABILISTIC, fixed=True).name == "vllm-cpu-engine-probabilistic-fixed+lookup-admit-serial"
+
+
+def test_lookup_keeps_every_cached_q_and_zeroes_only_the_missing():
+    """The repaired lookup: each request gets its own cached rows whatever the step's order, a request with
+    drafts but no cached row (a padded new one) gets zero rows, requests without drafts get none; nothing
+    cached -> None (the shipped lookup returns None for the whole step as soon as one row is missing)."""
+    import torch
+    cached = torch.arange(3 * 2 * 4, dtype=torch.float32).view(3, 2, 4)     # [requests, kappa, V]
+    got = v.lookup_draft_probs(cached, ["a", "b", "c"], ["c", "new", "x", "a"], [2, 2, 0, 1])
+    assert got.shape == (5, 4)
+    assert torch.equal(got[:2], cached[2]) and torch.equal(got[4], cached[0, 0])
+    assert torch.equal(got[2:4], torch.zeros(2, 4))
+    assert v.lookup_draft_probs(None, ["a"], ["a"], [2]) is None
+    assert v.lookup_draft_probs(cached, ["a", "b", "c"], ["a"], [0]) is None

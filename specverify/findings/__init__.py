@@ -133,6 +133,11 @@ REPRODUCERS = {
     **{name: [("top_k", "vllm_cpu_engine_top_k"), ("engine.", "vllm_cpu_engine_draft_law")]
        for name in ("vllm-cpu-engine-fixed", "vllm-cpu-engine-probabilistic-fixed", "vllm-cpu-engine-ngram-fixed",
                     "vllm-cpu-engine-block-fixed")},
+    # probabilistic drafting, shim repaired: a step with a padded new request is verified without q for every
+    # request (the runner's draft-prob lookup returns None for the batch): acceptance below the law (issue 29)
+    "vllm-cpu-engine-probabilistic-fixed": [("engine.acceptance[", "vllm_cpu_engine_q_fallback"),
+                                            ("top_k", "vllm_cpu_engine_top_k"),
+                                            ("engine.", "vllm_cpu_engine_draft_law")],
     "vllm-cpu-bitwise-tiny": [],
     "vllm-cpu-bitwise": [],
     "transformers-assisted": [("identity", "transformers_identity_draft")],
@@ -323,6 +328,16 @@ _BLOCK = (
     "-- the same engine as vllm-cpu-engine -- silently, without a warning.")
 
 
+_Q_FALLBACK = (
+    " With probabilistic drafting the same padded steps also cost acceptance (issue 29): the padded request has "
+    "drafts but no cached draft probabilities, so the runner's lookup (`_get_spec_decode_draft_probs`, "
+    "vllm/v1/worker/gpu_model_runner.py) returns None for the whole batch and every request of that step is "
+    "verified as if q were one-hot on its draft (kept with p(x), not min(1, p/q)); the output law stays exact. "
+    "The acceptance row passes with requests admitted in lockstep or one at a time, and with that lookup "
+    "repaired, and fails with the -1 guard alone (docs/acceptance.md; reproducer "
+    "repro_vllm_cpu_engine_q_fallback.py).")
+
+
 def _vllm_engine_note(name: str) -> str:
     note = _VLLM_ENGINE + (_FIXED if name.endswith("-fixed") else "")
     if "-ngram" not in name and "-probabilistic" not in name:
@@ -331,6 +346,8 @@ def _vllm_engine_note(name: str) -> str:
         note += _BLOCK
     if name.endswith("-fixed"):
         note += _PLACEHOLDERS
+    if name == "vllm-cpu-engine-probabilistic-fixed":
+        note += _Q_FALLBACK
     return note
 
 
