@@ -49,6 +49,7 @@ def run(engine, ctx) -> list[CheckResult]:
     rows += [r for r in serving.seeds_rows(level, ctx) if not r.name.startswith(NOT_AT_ENGINE_LEVEL)]
     rows.append(serving.prefix_cache_row(level, ctx))
     rows.append(serving.preemption_row(level, ctx))
+    rows.append(serving.preemption_law_row(level, ctx))
     rows.append(CheckResult("server.seeds.n_independent", SKIP, data={"not_covered": True},
                             detail="n > 1 choices: the engine-level protocol has none (a server audit runs this row)"))
     return [_renamed(r) for r in rows]

@@ -66,12 +66,23 @@ a row that needs what the server lacks is a SKIP listed under not covered.
                       rows), within LOGPROB_ATOL otherwise (a recompute row is a prefill row). Exact.
                       Catches a request resumed with stale draft state or KV (vLLM #52071, PRs #40768,
                       #46066, #49620).
+    server.preemption.law
+                      the run law under preemption (unseeded requests: no exact comparison reaches them):
+                      max(PREEMPT_LAW_MIN_RUNS, samples // PREEMPT_LAW_PER_SAMPLE) unseeded T=1 runs of
+                      PREEMPT_LAW_TOKENS tokens after one prompt of PREEMPT_LAW_PROMPT_TOKENS tokens, sent
+                      PREEMPT_LAW_IN_FLIGHT at once, against the exact law of the target (a model whose law
+                      the audit knows, as server.law) by Pearson chi-squared over the V^L runs, at the
+                      audit's alpha; its power stated as the smallest total-variation distance detected with
+                      probability ctx.power (an impossible run fails exactly). The preemption counters must
+                      have grown during the runs (decode preemptions too where counted), else a SKIP.
+                      Catches a preemption that resamples or keeps stale draft state in a law-changing way
+                      (vLLM #52071, PRs #40768, #46066).
 
 Text: a tiny:V,SEED server's words are known ("t{i}", `server.models.ToyTokenizer`), and so are the
 one-character pieces of a `specverify models write` GGUF (`models.pieces`, the client's codec); any other server's
 text of ids[:j] is read from the run's logprobs text_offset (prefix-stable detokenisation assumed:
 a tokenizer whose pieces merge across tokens is then compared only where the offsets are given).
-Not covered here: the run law under preemption (only exact seeded and greedy runs), the run law and acceptance under a warm cache, the seeded continuation after a stop, concurrent
+Not covered here: the run law and acceptance under a warm cache, the seeded continuation after a stop, concurrent
 unseeded requests' independence; on a toy model, multi-byte text (its words are ASCII).
 
 Budget (`--samples`): fixed prompts, runs and offsets (about 500 requests); --samples unused.
@@ -108,6 +119,12 @@ PREEMPT_PROMPTS = 6        # a wave: one request with 6 prompts (our toy server 
                            # not their growth: the latest admitted is preempted while decoding)
 PREEMPTIONS_METRIC = "num_preemptions_total"
 DECODE_PREEMPTIONS_METRIC = "num_decode_preemptions_total"    # ours: preempted after its first output token
+PREEMPT_LAW_PROMPT_TOKENS = 11   # our server (blocks of 16, kappa 3): a toy request (its sentinel + 11) is admitted with one block
+                                 # (12 + 3 + 1 positions) and needs a second once it has emitted a token
+PREEMPT_LAW_TOKENS = 4     # runs of 4 tokens: V^4 sequences (V <= 8, as server.law)
+PREEMPT_LAW_IN_FLIGHT = 16 # requests open at once: more than a --kv-budget 96 cache holds while they decode
+PREEMPT_LAW_PER_SAMPLE = 200   # runs = samples // 200 (1000 at the default 200,000), at least ...
+PREEMPT_LAW_MIN_RUNS = 500
 SEED_BASE = 7000           # the rows' request seeds: SEED_BASE + run index (fixed: the audit is reproducible)
 
 
@@ -718,6 +735,82 @@ def preemption_row(engine, ctx) -> CheckResult:
                  + " equal to each alone", len(reqs), t, **counts)
 
 
+def _law_model(engine):
+    """The float64 target whose exact run law the audit knows: a tiny:V,SEED model's, or a `specverify models
+    write` folder's (`server.audit.known_law`), else None."""
+    known = getattr(engine, "law", None)
+    if known is not None:
+        return known.vocab, known.model
+    return _toy(engine)
+
+
+def preemption_law_budget(ctx) -> int:
+    """Runs of the preemption law row: samples // PREEMPT_LAW_PER_SAMPLE, at least PREEMPT_LAW_MIN_RUNS."""
+    return max(PREEMPT_LAW_MIN_RUNS, ctx.samples // PREEMPT_LAW_PER_SAMPLE)
+
+
+def preemption_law_row(engine, ctx) -> CheckResult:
+    """The run law under preemption (module docstring, server.preemption.law): unseeded T=1 runs of
+    PREEMPT_LAW_TOKENS tokens after one prompt of PREEMPT_LAW_PROMPT_TOKENS tokens, sent PREEMPT_LAW_IN_FLIGHT
+    at once so that the KV budget preempts them while they decode, against the exact law of the target
+    (`reference.laws.target_law`) by Pearson chi-squared over the V^L runs (`joint.sequence_gof`: an
+    impossible run fails exactly). The decode-preemption counter must have grown, else a SKIP."""
+    from specverify.reference import laws
+    from specverify.reference.transforms import Transform
+
+    from .joint import sequence_gof
+    from .server import MAX_LAW_SEQUENCES
+
+    n = preemption_law_budget(ctx)
+    name = f"server.preemption.law[{n} unseeded runs of {PREEMPT_LAW_TOKENS} tokens, {PREEMPT_LAW_IN_FLIGHT} at once]"
+    s = engine.support
+    if not s["token_ids"] or not s["token_id_prompts"]:
+        return skip(name, "needs token-id prompts and returned token ids")
+    known = _law_model(engine)
+    if known is None:
+        return skip(name, f"model {engine.client.model!r} has no law the audit knows (serve tiny:V,SEED or a "
+                          "`specverify models write` folder)")
+    vocab, target = known
+    if vocab ** PREEMPT_LAW_TOKENS > MAX_LAW_SEQUENCES:
+        return skip(name, f"the law spans {vocab}^{PREEMPT_LAW_TOKENS} runs, more than {MAX_LAW_SEQUENCES}")
+    before = engine.client.counter(PREEMPTIONS_METRIC)
+    before_decode = engine.client.counter(DECODE_PREEMPTIONS_METRIC)
+    if before is None:
+        return skip(name, f"the server exposes no preemption counter (GET /metrics, a *{PREEMPTIONS_METRIC} "
+                          "sample): whether the runs were preempted is unknown")
+    prompt = tuple(int(t) for t in ctx.rng("server-preemption-law").integers(0, vocab, size=PREEMPT_LAW_PROMPT_TOKENS))
+    req = dict(prompt=prompt, max_tokens=PREEMPT_LAW_TOKENS, temperature=1.0)
+    with Timer() as t:
+        got = [g[0] for g in engine.client.many([req] * n, PREEMPT_LAW_IN_FLIGHT)]
+        after = engine.client.counter(PREEMPTIONS_METRIC)
+        after_decode = engine.client.counter(DECODE_PREEMPTIONS_METRIC)
+    preempted = (after or 0.0) - before
+    decode = None if before_decode is None or after_decode is None else after_decode - before_decode
+    counts = dict(preemptions=preempted, decode_preemptions=decode)
+    if preempted <= 0 or (decode is not None and decode <= 0):
+        what = "no preemption" if preempted <= 0 else f"{preempted:g} preemptions, none while decoding"
+        return CheckResult(name, SKIP, n=n, seconds=t.seconds,
+                           detail=f"{what} during {n} runs sent {PREEMPT_LAW_IN_FLIGHT} at once: the KV budget was not "
+                                  "tight enough (our server: specverify serve --kv-budget N); the law was not tested",
+                           data={"not_covered": True, **counts})
+    tokens = np.full((n, PREEMPT_LAW_TOKENS), -1, np.int64)
+    short = 0
+    for i, c in enumerate(got):
+        ids = list(c.ids or ())[:PREEMPT_LAW_TOKENS]
+        tokens[i, :len(ids)] = ids
+        short += len(ids) != PREEMPT_LAW_TOKENS
+    law = laws.target_law(laws.Transformed(target, Transform(temperature=1.0)), prompt, PREEMPT_LAW_TOKENS)
+    row = sequence_gof(name, tokens, law, t.seconds, ctx)
+    if short and row.verdict != FAIL:
+        row.verdict, row.exact = FAIL, True
+        row.detail = f"{short} of {n} runs did not return {PREEMPT_LAW_TOKENS} tokens (a toy model has no EOS)"
+    where = (f"{decode:g} of them while decoding" if decode is not None
+             else f"the server does not say which while decoding (no *{DECODE_PREEMPTIONS_METRIC} sample)")
+    row.detail = f"{preempted:g} preemptions ({where}); " + row.detail
+    row.data.update(counts)
+    return row
+
+
 # ------------------------------------------------------------------------------ the check
 
 def run(engine, ctx) -> list[CheckResult]:
@@ -729,6 +822,7 @@ def run(engine, ctx) -> list[CheckResult]:
     rows += seeds_rows(engine, ctx)
     rows.append(prefix_cache_row(engine, ctx))
     rows.append(preemption_row(engine, ctx))
+    rows.append(preemption_law_row(engine, ctx))
     for r in rows:
         r.data.setdefault("support", support.to_dict())
     return rows

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 VARIANT_NAMES = ("exact", "recovered-from-p", "stop-per-step", "cap-crossed", "usage-charges-drafts",
                  "logprobs-from-draft", "stream-last-token", "seed-offset-by-steps",
-                 "preempt-keeps-draft-state")   # `variants.VARIANTS`, in order
+                 "preempt-keeps-draft-state", "preempt-accepts-stale-drafts")   # `variants.VARIANTS`, in order
 
 
 @dataclass(frozen=True)
