@@ -29,6 +29,7 @@ VARIANTS = {           # variant -> the row meant to catch it
     "stream-last-token": "server.stream",
     "seed-offset-by-steps": "server.seeds",
     "preempt-keeps-draft-state": "server.preemption",
+    "preempt-accepts-stale-drafts": "server.preemption.law",
 }
 KV_BUDGET = "96"       # KV positions (6 blocks of 16): 12 toy requests at once must preempt; a lone one fits
 
@@ -39,7 +40,7 @@ def urls(tmp_path_factory):
     # the exact server under a KV budget that preempts: every row must pass there, preemption row included
     started = {"exact": _start(tmp, "exact", "--spec", "draft", "--kv-budget", KV_BUDGET)}
     for v in VARIANTS:
-        budget = ("--kv-budget", KV_BUDGET) if VARIANTS[v] == "server.preemption" else ()
+        budget = ("--kv-budget", KV_BUDGET) if VARIANTS[v].startswith("server.preemption") else ()
         started[v] = _start(tmp, v, "--spec", "draft", "--variant", v, *budget)
     try:
         deadline = time.monotonic() + STARTUP_S
@@ -62,7 +63,8 @@ def _rows(url, row):
     from specverify.checks import serving
     fn = {"server.logprobs": serving.logprobs_row, "server.stop": serving.stop_row,
           "server.length": serving.length_row, "server.stream": serving.stream_row,
-          "server.seeds": serving.seeds_rows, "server.preemption": serving.preemption_row}[row]
+          "server.seeds": serving.seeds_rows, "server.preemption": serving.preemption_row,
+          "server.preemption.law": serving.preemption_law_row}[row]
     got = fn(_engine(url), Context())
     return got if isinstance(got, list) else [got]
 
@@ -73,7 +75,7 @@ def test_the_reference_server_passes_every_serving_row(urls):
     verdicts = {r.name.split("[")[0]: r.verdict for r in result.checks}
     assert verdicts == {"server.logprobs": "pass", "server.stop": "pass", "server.length": "pass",
                         "server.stream": "pass", "server.seeds": "pass", "server.seeds.n_independent": "pass",
-                        "server.prefix_cache": "pass", "server.preemption": "pass"}, \
+                        "server.prefix_cache": "pass", "server.preemption": "pass", "server.preemption.law": "pass"}, \
         [(r.name, r.detail) for r in result.checks if r.verdict != "pass"]
     assert result.verdict == "pass" and not result.not_covered
     by = {r.name.split("[")[0]: r for r in result.checks}
@@ -83,12 +85,17 @@ def test_the_reference_server_passes_every_serving_row(urls):
     assert by["server.seeds.n_independent"].p_value > 1e-3
     assert by["server.prefix_cache"].data["cached_cold"] == 0 and min(by["server.prefix_cache"].data["cached_warm"]) > 0
     assert by["server.preemption"].data["preemptions_at_once"] > 0 and "bit for bit" in by["server.preemption"].detail
+    law = by["server.preemption.law"]        # chi-squared at alpha 1e-3 (fixed seeds): preempted mid-decode
+    assert law.p_value > 1e-3 and law.data["decode_preemptions"] > 0
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_each_broken_variant_is_caught_by_its_row(urls, variant):
     rows = _rows(urls[variant], VARIANTS[variant])
-    assert rows[0].verdict == "fail" and rows[0].exact, rows[0].detail
+    assert rows[0].verdict == "fail" and (rows[0].exact or rows[0].p_value < 1e-3), rows[0].detail
+    if variant == "preempt-accepts-stale-drafts":  # only the law sees it: the exact comparisons pass
+        assert rows[0].data["decode_preemptions"] > 0, rows[0].data
+        assert _rows(urls[variant], "server.preemption")[0].verdict == "pass"
     if variant == "preempt-keeps-draft-state":     # caught because a request was preempted while decoding
         assert rows[0].data["decode_preemptions_at_once"] > 0, rows[0].data
 
