@@ -123,7 +123,7 @@ PREEMPT_LAW_PROMPT_TOKENS = 11   # our server (blocks of 16, kappa 3): a toy req
                                  # (12 + 3 + 1 positions) and needs a second once it has emitted a token
 PREEMPT_LAW_TOKENS = 4     # runs of 4 tokens: V^4 sequences (V <= 8, as server.law)
 PREEMPT_LAW_IN_FLIGHT = 16 # requests open at once: more than a --kv-budget 96 cache holds while they decode
-PREEMPT_LAW_PER_SAMPLE = 200   # runs = samples // 200 (1000 at the default 200,000), at least ...
+PREEMPT_LAW_PER_SAMPLE = 400   # runs = samples // 400 (500 at the default 200,000), at least ...
 PREEMPT_LAW_MIN_RUNS = 500
 PREEMPT_LAW_PROBE_RUNS = 64    # runs sent first: no (decode) preemption among them and the row is a SKIP
 SEED_BASE = 7000           # the rows' request seeds: SEED_BASE + run index (fixed: the audit is reproducible)
