@@ -166,6 +166,49 @@ def test_prefix_cache_row_is_no_pass_when_the_cache_was_not_seen_hit():
     assert row.verdict == "pass"
 
 
+# ------------------------------------------------------------------------------ the stop row's continuation
+
+
+def _stop_row(perturbed_after_stop: bool):
+    """server.stop against a scripted seeded server whose runs are fixed per prompt and whose stopped
+    requests are exactly `reference.serving.finish` of them; with `perturbed_after_stop` a request sent
+    without a stop after a stopped one of its seed continues differently (a generator a stop left advanced)."""
+    from specverify.battery.base import Context
+    from specverify.checks.serving import stop_row
+    from specverify.reference import serving as ref
+    from specverify.server.client import Choice
+    from specverify.server.models import ToyTokenizer
+
+    detok = ToyTokenizer(4).decode
+    stopped = set()
+
+    def answer(r, count):
+        seed = r.get("seed")
+        ids = [(sum(r["prompt"]) + 3 * i + i * i) % 4 for i in range(r["max_tokens"])]
+        if r.get("stop"):
+            stopped.add(seed)
+            done = ref.finish(ids, max_tokens=r["max_tokens"], detokenize=detok, stop=tuple(r["stop"]))
+            ids, text, reason = list(done.ids), done.text, done.finish_reason
+        else:
+            if perturbed_after_stop and seed in stopped:
+                ids[-1] = (ids[-1] + 1) % 4                   # the bug: the continuation past the stop differs
+            text, reason = detok(ids), "length"
+        return [Choice(0, text, tuple(ids), tuple(-0.5 - 0.1 * t for t in ids), None, reason)]
+
+    engine = type("StubEngine", (), {})()
+    engine.client = _Scripted(answer)
+    engine.client.model = "m"
+    engine.support, engine.vocab = engine.client.support, 4
+    return stop_row(engine, Context())
+
+
+def test_stop_row_checks_that_a_seeded_run_continues_identically_after_a_stop():
+    good = _stop_row(False)
+    assert good.verdict == "pass" and "continue identically" in good.detail, good.detail
+    bad = _stop_row(True)
+    assert bad.verdict == "fail" and bad.exact and "sent again after its stopped copies" in bad.detail, bad.detail
+
+
 # ------------------------------------------------------------------------------ the preemption row can fail
 
 

@@ -21,7 +21,10 @@ a row that needs what the server lacks is a SKIP listed under not covered.
                       one character short); the stopped request (same seed, same max_tokens) must return
                       `reference.serving.finish` of the unstopped run: ids (the completing token kept,
                       nothing after), text cut at the earliest match, the logprobs of the kept ids,
-                      finish_reason "stop". Exact. On a server that takes seeds but does not honour them
+                      finish_reason "stop"; then the STOP_RUNS unstopped requests sent again (after every
+                      stopped copy): ids, text and logprobs equal the first unstopped runs -- a seeded run
+                      continues past a stop as plain decode's (the stopped request's ids are its prefix,
+                      the tokens past the stop the same). Exact. On a server that takes seeds but does not honour them
                       (server.seeds fails it) the runs are greedy, sent one at a time. Catches stop strings
                       matched per step (vLLM PR #47616, SGLang PR #23802, ArcticInference #161,
                       onnxruntime-genai PR #2528).
@@ -82,7 +85,7 @@ Text: a tiny:V,SEED server's words are known ("t{i}", `server.models.ToyTokenize
 one-character pieces of a `specverify models write` GGUF (`models.pieces`, the client's codec); any other server's
 text of ids[:j] is read from the run's logprobs text_offset (prefix-stable detokenisation assumed:
 a tokenizer whose pieces merge across tokens is then compared only where the offsets are given).
-Not covered here: the run law and acceptance under a warm cache, the seeded continuation after a stop, concurrent
+Not covered here: the run law and acceptance under a warm cache, concurrent
 unseeded requests' independence; on a toy model, multi-byte text (its words are ASCII).
 
 Budget (`--samples`): fixed prompts, runs and offsets (about 500 requests); --samples unused.
@@ -376,6 +379,7 @@ def stop_row(engine, ctx) -> CheckResult:
                     cases.append((k, j, stop, ref.finish(c.ids, max_tokens=RUN_TOKENS, detokenize=detok, stop=(stop,))))
                     reqs.append({**b, "stop": [stop]})
         got = engine.client.many(reqs, in_flight)
+        again = [g[0] for g in engine.client.many(base, in_flight)]     # after the stops: the same run again
     where = []
     for (k, j, stop, want), g in zip(cases, got):
         c, base_c = g[0], free[k]
@@ -396,9 +400,19 @@ def stop_row(engine, ctx) -> CheckResult:
         if problems:
             return _fail(name, f"run {k}, stop {stop!r} (completes at token {len(want.ids) - 1}, placed at {j}): "
                                + "; ".join(problems), len(cases), t, run=k, stop=stop, offset=j)
+    for k, (b, c, a) in enumerate(zip(base, free, again)):   # a seeded run continues identically after a stop
+        if a.ids != c.ids or a.text != c.text or (lp is not None and (
+                a.logprobs is None or len(a.logprobs) != len(c.logprobs or ())
+                or not all(_same_value(x, y, exact) for x, y in zip(a.logprobs, c.logprobs)))):
+            j = next((i for i, (x, y) in enumerate(zip(a.ids, c.ids)) if x != y), min(len(a.ids), len(c.ids)))
+            return _fail(name, f"run {k} ({'greedy' if greedy else 'seed ' + str(b.get('seed'))}) sent again after its "
+                               f"stopped copies: ids {list(a.ids)} (first differing at {j}), before the stops "
+                               f"{list(c.ids)}{'' if a.ids != c.ids else ' (text or logprobs differ)'}: the run does not "
+                               "continue past a stop as plain decode's", len(cases) + len(base), t, run=k, position=j)
     return _pass(name, f"{len(cases)} stopped {'greedy' if greedy else 'seeded'} requests equal plain decode's "
                        f"completion (ids, text, finish_reason{', logprobs' if lp else ''}); stops completed at "
-                       f"{len(set(where))} distinct positions"
+                       f"{len(set(where))} distinct positions; the {len(base)} runs sent again after them continue "
+                       "identically past every stop"
                        + (" (greedy, one in flight: the server does not honour seeds)" if greedy else ""),
                  len(cases), t, positions=sorted(set(where)), greedy=greedy)
 
