@@ -239,6 +239,8 @@ def build_app(model: ServedModel, config: ServeConfig):
         def decode(ids):
             return tok.decode(ids, skip_special=True)
 
+        hold_unfinished = getattr(batcher.engine, "stream_holds_unfinished", True)   # variant 55 does not
+
         async def events():
             left = len(choices)
             while left:
@@ -249,7 +251,7 @@ def build_app(model: ServedModel, config: ServeConfig):
                 if ev[0] == "tokens":
                     new, ent = ev[1], ev[2]
                     c.tokens += new
-                    delta = stream_delta(decode, c.tokens, c.sent, req.stops())
+                    delta = stream_delta(decode, c.tokens, c.sent, req.stops(), hold_unfinished)
                     c.sent += delta
                     yield wire.sse(wire.envelope(cid, model.name, [choice_body(c, new, ent, delta, None)]))
                 else:

@@ -32,6 +32,9 @@ by tests/test_serving.py against the rows of `checks/serving.py`, and in process
                            never verified against the target): its run law is the draft's there. Greedy and
                            seeded requests exact (the exact comparisons of server.preemption pass); only under
                            a --kv-budget that preempts                              -> server.preemption.law
+    stream-splits-characters
+                           (55) a step that ends inside a multi-byte character streams U+FFFD at once
+                           instead of holding it back: deltas != text (--toy-text multibyte) -> server.stream
 """
 
 from __future__ import annotations
@@ -220,9 +223,20 @@ class PreemptAcceptsStaleDrafts(Engine):
         return emitted, k
 
 
+class StreamSplitsCharacters(Engine):
+    """(55) A stream that sends an unfinished UTF-8 sequence (vllm-project/vllm PR #26027's incremental
+    detokenizer thread; ../shared/BUGCLASSES.md, "The serving path": byte-fallback tokens): a step that ends
+    inside a multi-byte character -- a lead byte token whose continuation comes in the next step -- sends
+    the replacement character U+FFFD at once instead of holding it back, so the concatenated deltas differ
+    from the text once the character completes. Token ids, the text and the answer are exact; only a text
+    whose characters span tokens shows it (`specverify serve --toy-text multibyte`)."""
+
+    stream_holds_unfinished = False        # BUG (on purpose): read by the server's stream (`batching.stream_delta`)
+
+
 VARIANTS = {"exact": Engine, "recovered-from-p": RecoveredFromP, "stop-per-step": StopPerStep,
             "cap-crossed": CapCrossed, "usage-charges-drafts": UsageChargesDrafts,
             "logprobs-from-draft": LogprobsFromDraft, "stream-last-token": StreamLastToken,
             "seed-offset-by-steps": SeedOffsetBySteps, "preempt-keeps-draft-state": PreemptKeepsDraftState,
-            "preempt-accepts-stale-drafts": PreemptAcceptsStaleDrafts}
+            "preempt-accepts-stale-drafts": PreemptAcceptsStaleDrafts, "stream-splits-characters": StreamSplitsCharacters}
 assert tuple(VARIANTS) == VARIANT_NAMES

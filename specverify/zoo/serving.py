@@ -1,4 +1,4 @@
-"""Mutants of the serving path (45-51, 54): our engine with one bug downstream of its sampler, audited at the
+"""Mutants of the serving path (45-51, 54, 55): our engine with one bug downstream of its sampler, audited at the
 serving engine level (`adapters/specverify_serving.py`, check `engine_serving`, whose rows are the server
 level's `checks/serving.py` run without HTTP).
 
@@ -102,3 +102,15 @@ class PreemptAcceptsStaleDrafts(SpecverifyServing):
     sees it."""
 
     variant = "preempt-accepts-stale-drafts"
+
+
+@mutant(55, "stream-splits-characters", targets=TARGET)
+@_row("stream-splits-characters", "engine.stream")
+class StreamSplitsCharacters(SpecverifyServing):
+    """A stream that sends an unfinished UTF-8 sequence (vllm-project/vllm PR #26027's incremental
+    detokenizer; byte-fallback tokens, ../shared/BUGCLASSES.md "The serving path"): a step ending inside a
+    multi-byte character streams U+FFFD at once, so the deltas differ from the text. On the toy's
+    multi-byte text (a byte pair forming "€", an emoji): words would never show it."""
+
+    variant = "stream-splits-characters"
+    text = "multibyte"
