@@ -30,7 +30,9 @@ VARIANTS = {           # variant -> the row meant to catch it
     "seed-offset-by-steps": "server.seeds",
     "preempt-keeps-draft-state": "server.preemption",
     "preempt-accepts-stale-drafts": "server.preemption.law",
+    "stream-splits-characters": "server.stream",
 }
+TEXT = {"stream-splits-characters": ("--toy-text", "multibyte")}     # a variant only a multi-byte text shows
 KV_BUDGET = "96"       # KV positions (6 blocks of 16): 12 toy requests at once must preempt; a lone one fits
 
 
@@ -41,7 +43,10 @@ def urls(tmp_path_factory):
     started = {"exact": _start(tmp, "exact", "--spec", "draft", "--kv-budget", KV_BUDGET)}
     for v in VARIANTS:
         budget = ("--kv-budget", KV_BUDGET) if VARIANTS[v].startswith("server.preemption") else ()
-        started[v] = _start(tmp, v, "--spec", "draft", "--variant", v, *budget)
+        started[v] = _start(tmp, v, "--spec", "draft", "--variant", v, *budget, *TEXT.get(v, ()))
+    # the exact server on the toy's multi-byte text (a quote, a byte pair forming "€", an emoji)
+    started["exact-multibyte"] = _start(tmp, "exact-multibyte", "--spec", "draft", "--kv-budget", KV_BUDGET,
+                                        "--toy-text", "multibyte")
     try:
         deadline = time.monotonic() + STARTUP_S
         yield {k: _wait(p, r, deadline) for k, (p, r, _) in started.items()}
@@ -98,6 +103,21 @@ def test_each_broken_variant_is_caught_by_its_row(urls, variant):
         assert _rows(urls[variant], "server.preemption")[0].verdict == "pass"
     if variant == "preempt-keeps-draft-state":     # caught because a request was preempted while decoding
         assert rows[0].data["decode_preemptions_at_once"] > 0, rows[0].data
+
+
+def test_on_multibyte_text_the_reference_server_passes_and_streams_whole_characters(urls):
+    """Our server with the toy's text as byte pieces: /v1/models names them, the audit detokenises through
+    them, every serving row passes (the stream row: deltas == text == the pieces' bytes decoded, over a
+    quote, the euro sign as a byte pair and an emoji); variant 55 on the same text fails the stream row
+    (test_each_broken_variant_is_caught_by_its_row)."""
+    from specverify.audit import prepare
+    engine = _engine(urls["exact-multibyte"])
+    assert getattr(engine, "decode", None) is not None and engine.decode((0, 1, 2, 3)) == '"\u20ac\U0001F600'
+    result = prepare(urls["exact-multibyte"], {"checks": ["serving"], "timeout": 60.0, "alpha": 1e-3}).run()
+    bad = [(r.name, r.detail) for r in result.checks if r.verdict != "pass"]
+    assert result.verdict == "pass" and not bad, bad
+    stream = next(r for r in result.checks if r.name.startswith("server.stream"))
+    assert "detokenised ids" in stream.detail
 
 
 def test_the_preemption_waves_preempt_while_decoding_the_same_way_every_time(urls):

@@ -119,6 +119,16 @@ class BytePieceCodec:
         return {"layout": MULTIBYTE_LAYOUT, "pieces": [p.hex() for p in self.pieces]}
 
 
+def from_served(entry) -> BytePieceCodec | None:
+    """The byte-piece codec our server names in /v1/models ("specverify_text", `BytePieceCodec.to_dict`), or None."""
+    if not isinstance(entry, dict) or entry.get("layout") != MULTIBYTE_LAYOUT or not isinstance(entry.get("pieces"), list):
+        return None
+    try:
+        return BytePieceCodec(tuple(bytes.fromhex(p) for p in entry["pieces"]))
+    except (TypeError, ValueError):
+        return None
+
+
 def multibyte_codec(vocab: int) -> BytePieceCodec:
     """The first `vocab` of MULTIBYTE_PIECES (V = 4: the quote, the euro sign's byte pair, the emoji)."""
     if not 1 <= int(vocab) <= len(MULTIBYTE_PIECES):

@@ -170,8 +170,11 @@ def build_app(model: ServedModel, config: ServeConfig):
 
     @app.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": model.name, "object": "model", "owned_by": "specverify",
-                                            "max_model_len": model.max_context}]}
+        entry = {"id": model.name, "object": "model", "owned_by": "specverify", "max_model_len": model.max_context}
+        codec = getattr(tok, "codec", None)
+        if model.toy and codec is not None:          # a toy's byte-piece text (--toy-text multibyte): the audit
+            entry["specverify_text"] = codec.to_dict()   # detokenises through it (`models.pieces.from_served`)
+        return {"object": "list", "data": [entry]}
 
     @app.post("/v1/completions")
     async def completions(req: wire.CompletionRequest):
