@@ -1,5 +1,5 @@
 """The serving path at the engine level (`checks/engine_serving.py`, capability "serving"): every row passes
-on our engine in process (`adapters/specverify_serving.py`) and each zoo mutant 45-51 and 54 (`zoo/serving.py`, the
+on our engine in process (`adapters/specverify_serving.py`) and each zoo mutant 45-51, 54 and 55 (`zoo/serving.py`, the
 server variants in process) fails the row meant for it; the protocol's declarations and outputs are
 checked. Every row is exact (a comparison on a toy model, float64 rows), so there is no false-alarm rate
 to state: the exact engine passes and each mutant fails deterministically (fixed seeds)."""

@@ -1,5 +1,5 @@
 """The serving path at the server level (`checks/serving.py`): the rows pass on our reference server and
-each catches the broken variant meant for it (`server/variants.py`, numbers 45-51 and 54).
+each catches the broken variant meant for it (`server/variants.py`, numbers 45-51, 54 and 55).
 
 Servers: child processes bound to 127.0.0.1 on a free port (the helpers of tests/test_server.py: the
 URL from --ready-file, STARTUP_S to come up, always reaped), one per variant, started together once for

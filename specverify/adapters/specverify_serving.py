@@ -12,7 +12,7 @@ the end on this thread (`Batcher.drain`); the engine lives as long as the adapte
 so the seeds row's warm-up traffic and the prefix cache carry over between calls. Logprobs are the
 server's (raw: log-softmax of the model's row), text the toy tokenizer's, stream deltas the server's
 (`batching.stream_delta` over each step's event). `variant` serves one of the broken engines of
-`server/variants.py` instead: the zoo's mutants 45-51 and 54 (`zoo/serving.py`).
+`server/variants.py` instead: the zoo's mutants 45-51, 54 and 55 (`zoo/serving.py`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ correct server must pass and of a broken one must fail). Never use a broken vari
                        accepted drafts then come out too often -- the output law is biased whenever the
                        draft disagrees with the target
 
-The serving-path variants (../shared/BUGCLASSES.md, "The serving path"; zoo numbers 45-51 and 54: run as servers
+The serving-path variants (../shared/BUGCLASSES.md, "The serving path"; zoo numbers 45-51, 54 and 55: run as servers
 by tests/test_serving.py against the rows of `checks/serving.py`, and in process by `specverify zoo` as
 `mutant:<name>` at the serving engine level, `zoo/serving.py`):
 
