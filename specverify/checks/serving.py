@@ -72,8 +72,9 @@ a row that needs what the server lacks is a SKIP listed under not covered.
     server.preemption.law
                       the run law under preemption (unseeded requests: no exact comparison reaches them):
                       max(PREEMPT_LAW_MIN_RUNS, samples // PREEMPT_LAW_PER_SAMPLE) unseeded T=1 runs of
-                      PREEMPT_LAW_TOKENS tokens after one prompt of PREEMPT_LAW_PROMPT_TOKENS tokens, sent
-                      PREEMPT_LAW_IN_FLIGHT at once, against the exact law of the target (a model whose law
+                      PREEMPT_LAW_TOKENS tokens after one prompt of PREEMPT_LAW_PROMPT_TOKENS tokens, in waves
+                      of PREEMPT_LAW_IN_FLIGHT (one request with the prompt listed that often, as
+                      server.preemption's waves: admitted together), against the exact law of the target (a model whose law
                       the audit knows, as server.law) by Pearson chi-squared over the V^L runs, at the
                       audit's alpha; its power stated as the smallest total-variation distance detected with
                       probability ctx.power (an impossible run fails exactly). The preemption counters must
@@ -125,7 +126,8 @@ DECODE_PREEMPTIONS_METRIC = "num_decode_preemptions_total"    # ours: preempted 
 PREEMPT_LAW_PROMPT_TOKENS = 11   # our server (blocks of 16, kappa 3): a toy request (its sentinel + 11) is admitted with one block
                                  # (12 + 3 + 1 positions) and needs a second once it has emitted a token
 PREEMPT_LAW_TOKENS = 4     # runs of 4 tokens: V^4 sequences (V <= 8, as server.law)
-PREEMPT_LAW_IN_FLIGHT = 16 # requests open at once: more than a --kv-budget 96 cache holds while they decode
+PREEMPT_LAW_IN_FLIGHT = 16 # runs a wave (one request, a list of prompts): more than a --kv-budget 96 cache holds
+                           # while they decode
 PREEMPT_LAW_PER_SAMPLE = 400   # runs = samples // 400 (500 at the default 200,000), at least ...
 PREEMPT_LAW_MIN_RUNS = 500
 PREEMPT_LAW_PROBE_RUNS = 64    # runs sent first: no (decode) preemption among them and the row is a SKIP
@@ -777,7 +779,7 @@ def preemption_law_row(engine, ctx) -> CheckResult:
     from .server import MAX_LAW_SEQUENCES
 
     n = preemption_law_budget(ctx)
-    name = f"server.preemption.law[{n} unseeded runs of {PREEMPT_LAW_TOKENS} tokens, {PREEMPT_LAW_IN_FLIGHT} at once]"
+    name = f"server.preemption.law[{n} unseeded runs of {PREEMPT_LAW_TOKENS} tokens, waves of {PREEMPT_LAW_IN_FLIGHT}]"
     s = engine.support
     if not s["token_ids"] or not s["token_id_prompts"]:
         return skip(name, "needs token-id prompts and returned token ids")
@@ -794,7 +796,13 @@ def preemption_law_row(engine, ctx) -> CheckResult:
         return skip(name, f"the server exposes no preemption counter (GET /metrics, a *{PREEMPTIONS_METRIC} "
                           "sample): whether the runs were preempted is unknown")
     prompt = tuple(int(t) for t in ctx.rng("server-preemption-law").integers(0, vocab, size=PREEMPT_LAW_PROMPT_TOKENS))
-    req = dict(prompt=prompt, max_tokens=PREEMPT_LAW_TOKENS, temperature=1.0)
+    req = dict(prompt=prompt, max_tokens=PREEMPT_LAW_TOKENS, temperature=1.0, seed=None, logprobs=None)
+
+    def waves(count):        # one completions request a wave (`_wave`: admitted together, preempted alike)
+        out = []
+        while len(out) < count:
+            out += _wave(engine, [req] * min(PREEMPT_LAW_IN_FLIGHT, count - len(out)))
+        return out
     def counts():
         after = engine.client.counter(PREEMPTIONS_METRIC)
         after_decode = engine.client.counter(DECODE_PREEMPTIONS_METRIC)
@@ -806,16 +814,16 @@ def preemption_law_row(engine, ctx) -> CheckResult:
 
     with Timer() as t:       # a first slice: a server that preempts nothing is a SKIP without the rest
         first = min(n, PREEMPT_LAW_PROBE_RUNS)
-        got = [g[0] for g in engine.client.many([req] * first, PREEMPT_LAW_IN_FLIGHT)]
+        got = waves(first)
         seen = counts()
         if not unstressed(seen):
-            got += [g[0] for g in engine.client.many([req] * (n - first), PREEMPT_LAW_IN_FLIGHT)]
+            got += waves(n - first)
             seen = counts()
     preempted, decode = seen["preemptions"], seen["decode_preemptions"]
     if unstressed(seen):
         what = "no preemption" if preempted <= 0 else f"{preempted:g} preemptions, none while decoding"
         return CheckResult(name, SKIP, n=len(got), seconds=t.seconds,
-                           detail=f"{what} during {len(got)} runs sent {PREEMPT_LAW_IN_FLIGHT} at once: the KV budget "
+                           detail=f"{what} during {len(got)} runs in waves of {PREEMPT_LAW_IN_FLIGHT}: the KV budget "
                                   "was not tight enough (our server: specverify serve --kv-budget N); the law was not "
                                   "tested", data={"not_covered": True, **seen})
     tokens = np.full((n, PREEMPT_LAW_TOKENS), -1, np.int64)
