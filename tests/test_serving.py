@@ -356,3 +356,14 @@ def test_stop_row_runs_greedy_when_seeds_are_not_honoured_and_still_catches_a_pe
     assert len(row.data["positions"]) >= 5                                # stops completed along the runs
     row = _greedy_stop_row(lambda j: min(4 * (j // 4) + 3, 11))           # the whole 4-token step kept
     assert row.verdict == "fail" and "plain decode keeps" in row.detail, row.detail
+
+
+@pytest.mark.parametrize("model,why", [("smollm2", "only a tiny:V,SEED model's text"),
+                                       ("tiny:300,1", "no 300 multi-byte pieces")])
+def test_toy_text_multibyte_on_a_model_it_cannot_apply_to_is_one_line_exit_2(model, why):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "specverify", "serve", "--model", model, "--toy-text", "multibyte",
+                           "--port", "0"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and why in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
