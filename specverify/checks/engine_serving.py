@@ -15,9 +15,12 @@ exactness -- with "engine." for "server." in its name; the adapter's `complete` 
     engine.seeds         seeded probes alone, after warm-up requests and among concurrent fillers: equal
     engine.prefix_cache  cold vs warm (the adapter must report cached_tokens)
     engine.preemption    a wave preempted while decoding (the adapter's counters()) equals each alone
+    engine.preemption.law
+                         unseeded runs in waves preempted while decoding against the toy's exact run law
+                         (chi-squared at the audit's alpha; the only statistical row here)
 
 The n = 2 independence row of the server level is not run: the protocol has no n > 1 (listed under not
-covered). An adapter without a feature gets that row as a SKIP (not covered). Exact rows only.
+covered). An adapter without a feature gets that row as a SKIP (not covered). Exact rows, but the law row.
 
 Budget (`--samples`): fixed prompts, runs and offsets (about 500 requests); --samples unused.
 """
