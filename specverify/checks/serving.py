@@ -74,9 +74,9 @@ a row that needs what the server lacks is a SKIP listed under not covered.
                       max(PREEMPT_LAW_MIN_RUNS, samples // PREEMPT_LAW_PER_SAMPLE) unseeded T=1 runs of
                       PREEMPT_LAW_TOKENS tokens after one prompt of PREEMPT_LAW_PROMPT_TOKENS tokens, in waves
                       of PREEMPT_LAW_IN_FLIGHT (one request with the prompt listed that often, as
-                      server.preemption's waves: admitted together), against the exact law of the target (a model whose law
-                      the audit knows, as server.law) by Pearson chi-squared over the V^L runs, at the
-                      audit's alpha; its power stated as the smallest total-variation distance detected with
+                      server.preemption's waves: admitted together), against the exact law of the target (a
+                      model whose law the audit knows, as server.law) by Pearson chi-squared over the V^L
+                      runs, at the audit's alpha; its power stated as the smallest total-variation distance detected with
                       probability ctx.power (an impossible run fails exactly). The preemption counters must
                       have grown during the runs (decode preemptions too where counted), else a SKIP.
                       Catches a preemption that resamples or keeps stale draft state in a law-changing way
@@ -123,8 +123,9 @@ PREEMPT_PROMPTS = 6        # a wave: one request with 6 prompts (our toy server 
                            # not their growth: the latest admitted is preempted while decoding)
 PREEMPTIONS_METRIC = "num_preemptions_total"
 DECODE_PREEMPTIONS_METRIC = "num_decode_preemptions_total"    # ours: preempted after its first output token
-PREEMPT_LAW_PROMPT_TOKENS = 11   # our server (blocks of 16, kappa 3): a toy request (its sentinel + 11) is admitted with one block
-                                 # (12 + 3 + 1 positions) and needs a second once it has emitted a token
+PREEMPT_LAW_PROMPT_TOKENS = 11   # our server (blocks of 16, kappa 3): a toy request (its sentinel + 11) is
+                                 # admitted with one block (12 + 3 + 1 positions) and needs a second once it
+                                 # has emitted a token
 PREEMPT_LAW_TOKENS = 4     # runs of 4 tokens: V^4 sequences (V <= 8, as server.law)
 PREEMPT_LAW_IN_FLIGHT = 16 # runs a wave (one request, a list of prompts): more than a --kv-budget 96 cache holds
                            # while they decode

@@ -121,7 +121,9 @@ class BytePieceCodec:
 
 def from_served(entry) -> BytePieceCodec | None:
     """The byte-piece codec our server names in /v1/models ("specverify_text", `BytePieceCodec.to_dict`), or None."""
-    if not isinstance(entry, dict) or entry.get("layout") != MULTIBYTE_LAYOUT or not isinstance(entry.get("pieces"), list):
+    if not isinstance(entry, dict) or entry.get("layout") != MULTIBYTE_LAYOUT:
+        return None
+    if not isinstance(entry.get("pieces"), list):
         return None
     try:
         return BytePieceCodec(tuple(bytes.fromhex(p) for p in entry["pieces"]))

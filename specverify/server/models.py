@@ -227,5 +227,6 @@ def check_context(model: ServedModel, prompt_len: int, max_tokens: int, kappa: i
                          f"{model.max_context}")
 
 
-__all__ = ["ServedModel", "ToyTokenizer", "BytePieceTokenizer", "toy_tokenizer", "TOY_TEXTS", "tiny_models", "parse_tiny", "load", "load_exported", "check_context",
+__all__ = ["ServedModel", "ToyTokenizer", "BytePieceTokenizer", "toy_tokenizer", "TOY_TEXTS", "tiny_models",
+           "parse_tiny", "load", "load_exported", "check_context",
            "toy_max_context"]

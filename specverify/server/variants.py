@@ -238,5 +238,6 @@ VARIANTS = {"exact": Engine, "recovered-from-p": RecoveredFromP, "stop-per-step"
             "cap-crossed": CapCrossed, "usage-charges-drafts": UsageChargesDrafts,
             "logprobs-from-draft": LogprobsFromDraft, "stream-last-token": StreamLastToken,
             "seed-offset-by-steps": SeedOffsetBySteps, "preempt-keeps-draft-state": PreemptKeepsDraftState,
-            "preempt-accepts-stale-drafts": PreemptAcceptsStaleDrafts, "stream-splits-characters": StreamSplitsCharacters}
+            "preempt-accepts-stale-drafts": PreemptAcceptsStaleDrafts,
+            "stream-splits-characters": StreamSplitsCharacters}
 assert tuple(VARIANTS) == VARIANT_NAMES
