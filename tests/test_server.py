@@ -129,7 +129,7 @@ def test_the_pytest_gate_audits_a_url_and_lists_rows_without_plain_url_as_not_co
     result = ExactnessGate({}).audit(servers["spec"], samples=10_000)     # the gate: decisive, fail-fast
     skipped = {r.name.split("[")[0] for r in result.checks if r.verdict == "skip"}
     # server.preemption: this server has no --kv-budget, so nothing was preempted: a SKIP, not covered
-    assert skipped == {"server.greedy_bitwise", "server.spec_vs_plain", "server.preemption"}
+    assert skipped == {"server.greedy_bitwise", "server.spec_vs_plain", "server.preemption", "server.preemption.law"}
     pre = [r for r in result.checks if r.name.startswith("server.preemption")]
     assert pre[0].data["not_covered"] and "no preemption" in pre[0].detail
     assert result.not_covered["server"].count("--plain-url") == 2

@@ -1,5 +1,5 @@
 """The serving path at the server level (`checks/serving.py`): the rows pass on our reference server and
-each catches the broken variant meant for it (`server/variants.py`, numbers 45-51).
+each catches the broken variant meant for it (`server/variants.py`, numbers 45-51, 54 and 55).
 
 Servers: child processes bound to 127.0.0.1 on a free port (the helpers of tests/test_server.py: the
 URL from --ready-file, STARTUP_S to come up, always reaped), one per variant, started together once for
@@ -29,7 +29,10 @@ VARIANTS = {           # variant -> the row meant to catch it
     "stream-last-token": "server.stream",
     "seed-offset-by-steps": "server.seeds",
     "preempt-keeps-draft-state": "server.preemption",
+    "preempt-accepts-stale-drafts": "server.preemption.law",
+    "stream-splits-characters": "server.stream",
 }
+TEXT = {"stream-splits-characters": ("--toy-text", "multibyte")}     # a variant only a multi-byte text shows
 KV_BUDGET = "96"       # KV positions (6 blocks of 16): 12 toy requests at once must preempt; a lone one fits
 
 
@@ -39,8 +42,11 @@ def urls(tmp_path_factory):
     # the exact server under a KV budget that preempts: every row must pass there, preemption row included
     started = {"exact": _start(tmp, "exact", "--spec", "draft", "--kv-budget", KV_BUDGET)}
     for v in VARIANTS:
-        budget = ("--kv-budget", KV_BUDGET) if VARIANTS[v] == "server.preemption" else ()
-        started[v] = _start(tmp, v, "--spec", "draft", "--variant", v, *budget)
+        budget = ("--kv-budget", KV_BUDGET) if VARIANTS[v].startswith("server.preemption") else ()
+        started[v] = _start(tmp, v, "--spec", "draft", "--variant", v, *budget, *TEXT.get(v, ()))
+    # the exact server on the toy's multi-byte text (a quote, a byte pair forming "€", an emoji)
+    started["exact-multibyte"] = _start(tmp, "exact-multibyte", "--spec", "draft", "--kv-budget", KV_BUDGET,
+                                        "--toy-text", "multibyte")
     try:
         deadline = time.monotonic() + STARTUP_S
         yield {k: _wait(p, r, deadline) for k, (p, r, _) in started.items()}
@@ -62,7 +68,8 @@ def _rows(url, row):
     from specverify.checks import serving
     fn = {"server.logprobs": serving.logprobs_row, "server.stop": serving.stop_row,
           "server.length": serving.length_row, "server.stream": serving.stream_row,
-          "server.seeds": serving.seeds_rows, "server.preemption": serving.preemption_row}[row]
+          "server.seeds": serving.seeds_rows, "server.preemption": serving.preemption_row,
+          "server.preemption.law": serving.preemption_law_row}[row]
     got = fn(_engine(url), Context())
     return got if isinstance(got, list) else [got]
 
@@ -73,7 +80,7 @@ def test_the_reference_server_passes_every_serving_row(urls):
     verdicts = {r.name.split("[")[0]: r.verdict for r in result.checks}
     assert verdicts == {"server.logprobs": "pass", "server.stop": "pass", "server.length": "pass",
                         "server.stream": "pass", "server.seeds": "pass", "server.seeds.n_independent": "pass",
-                        "server.prefix_cache": "pass", "server.preemption": "pass"}, \
+                        "server.prefix_cache": "pass", "server.preemption": "pass", "server.preemption.law": "pass"}, \
         [(r.name, r.detail) for r in result.checks if r.verdict != "pass"]
     assert result.verdict == "pass" and not result.not_covered
     by = {r.name.split("[")[0]: r for r in result.checks}
@@ -83,14 +90,34 @@ def test_the_reference_server_passes_every_serving_row(urls):
     assert by["server.seeds.n_independent"].p_value > 1e-3
     assert by["server.prefix_cache"].data["cached_cold"] == 0 and min(by["server.prefix_cache"].data["cached_warm"]) > 0
     assert by["server.preemption"].data["preemptions_at_once"] > 0 and "bit for bit" in by["server.preemption"].detail
+    law = by["server.preemption.law"]        # chi-squared at alpha 1e-3 (fixed seeds): preempted mid-decode
+    assert law.p_value > 1e-3 and law.data["decode_preemptions"] > 0
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_each_broken_variant_is_caught_by_its_row(urls, variant):
     rows = _rows(urls[variant], VARIANTS[variant])
-    assert rows[0].verdict == "fail" and rows[0].exact, rows[0].detail
+    assert rows[0].verdict == "fail" and (rows[0].exact or rows[0].p_value < 1e-3), rows[0].detail
+    if variant == "preempt-accepts-stale-drafts":  # only the law sees it: the exact comparisons pass
+        assert rows[0].data["decode_preemptions"] > 0, rows[0].data
+        assert _rows(urls[variant], "server.preemption")[0].verdict == "pass"
     if variant == "preempt-keeps-draft-state":     # caught because a request was preempted while decoding
         assert rows[0].data["decode_preemptions_at_once"] > 0, rows[0].data
+
+
+def test_on_multibyte_text_the_reference_server_passes_and_streams_whole_characters(urls):
+    """Our server with the toy's text as byte pieces: /v1/models names them, the audit detokenises through
+    them, every serving row passes (the stream row: deltas == text == the pieces' bytes decoded, over a
+    quote, the euro sign as a byte pair and an emoji); variant 55 on the same text fails the stream row
+    (test_each_broken_variant_is_caught_by_its_row)."""
+    from specverify.audit import prepare
+    engine = _engine(urls["exact-multibyte"])
+    assert getattr(engine, "decode", None) is not None and engine.decode((0, 1, 2, 3)) == '"\u20ac\U0001F600'
+    result = prepare(urls["exact-multibyte"], {"checks": ["serving"], "timeout": 60.0, "alpha": 1e-3}).run()
+    bad = [(r.name, r.detail) for r in result.checks if r.verdict != "pass"]
+    assert result.verdict == "pass" and not bad, bad
+    stream = next(r for r in result.checks if r.name.startswith("server.stream"))
+    assert "detokenised ids" in stream.detail
 
 
 def test_the_preemption_waves_preempt_while_decoding_the_same_way_every_time(urls):
@@ -157,6 +184,49 @@ def test_prefix_cache_row_is_no_pass_when_the_cache_was_not_seen_hit():
     assert row.verdict == "skip" and "not exercised" in row.detail
     row = _prefix_row(lambda r, count: _resp([1, 2, 3], 16 * count))   # hit: a pass
     assert row.verdict == "pass"
+
+
+# ------------------------------------------------------------------------------ the stop row's continuation
+
+
+def _stop_row(perturbed_after_stop: bool):
+    """server.stop against a scripted seeded server whose runs are fixed per prompt and whose stopped
+    requests are exactly `reference.serving.finish` of them; with `perturbed_after_stop` a request sent
+    without a stop after a stopped one of its seed continues differently (a generator a stop left advanced)."""
+    from specverify.battery.base import Context
+    from specverify.checks.serving import stop_row
+    from specverify.reference import serving as ref
+    from specverify.server.client import Choice
+    from specverify.server.models import ToyTokenizer
+
+    detok = ToyTokenizer(4).decode
+    stopped = set()
+
+    def answer(r, count):
+        seed = r.get("seed")
+        ids = [(sum(r["prompt"]) + 3 * i + i * i) % 4 for i in range(r["max_tokens"])]
+        if r.get("stop"):
+            stopped.add(seed)
+            done = ref.finish(ids, max_tokens=r["max_tokens"], detokenize=detok, stop=tuple(r["stop"]))
+            ids, text, reason = list(done.ids), done.text, done.finish_reason
+        else:
+            if perturbed_after_stop and seed in stopped:
+                ids[-1] = (ids[-1] + 1) % 4                   # the bug: the continuation past the stop differs
+            text, reason = detok(ids), "length"
+        return [Choice(0, text, tuple(ids), tuple(-0.5 - 0.1 * t for t in ids), None, reason)]
+
+    engine = type("StubEngine", (), {})()
+    engine.client = _Scripted(answer)
+    engine.client.model = "m"
+    engine.support, engine.vocab = engine.client.support, 4
+    return stop_row(engine, Context())
+
+
+def test_stop_row_checks_that_a_seeded_run_continues_identically_after_a_stop():
+    good = _stop_row(False)
+    assert good.verdict == "pass" and "continue identically" in good.detail, good.detail
+    bad = _stop_row(True)
+    assert bad.verdict == "fail" and bad.exact and "sent again after its stopped copies" in bad.detail, bad.detail
 
 
 # ------------------------------------------------------------------------------ the preemption row can fail
@@ -286,3 +356,14 @@ def test_stop_row_runs_greedy_when_seeds_are_not_honoured_and_still_catches_a_pe
     assert len(row.data["positions"]) >= 5                                # stops completed along the runs
     row = _greedy_stop_row(lambda j: min(4 * (j // 4) + 3, 11))           # the whole 4-token step kept
     assert row.verdict == "fail" and "plain decode keeps" in row.detail, row.detail
+
+
+@pytest.mark.parametrize("model,why", [("smollm2", "only a tiny:V,SEED model's text"),
+                                       ("tiny:300,1", "no 300 multi-byte pieces")])
+def test_toy_text_multibyte_on_a_model_it_cannot_apply_to_is_one_line_exit_2(model, why):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "specverify", "serve", "--model", model, "--toy-text", "multibyte",
+                           "--port", "0"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and why in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -45,6 +45,9 @@ def test_the_reason_goes_to_the_skip_and_nowhere_else():
     assert rows["engine.logprobs"].detail.endswith("-- the engine's API: the API returns token ids only")
     assert rows["engine.length"].verdict == "pass" and "never shown" not in rows["engine.length"].detail
     assert "the engine's API" not in rows["engine.stream"].detail        # no reason given: the row's own words
+    sub = _rows(_Plain({"preemption": "no KV budget"}))                 # a sub-row shares its row's reason
+    assert sub["engine.preemption.law"].verdict == "skip"
+    assert sub["engine.preemption.law"].detail.endswith("-- the engine's API: no KV budget")
     plain = _rows(_Plain())
     assert plain["engine.logprobs"].detail + " -- the engine's API: the API returns token ids only" \
         == rows["engine.logprobs"].detail

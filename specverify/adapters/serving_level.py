@@ -14,7 +14,9 @@ its sampler -- logprobs, text, finish reasons, usage, step events -- without a s
     serving_codec       (attribute, optional) a `models.pieces.PieceCodec`: the model's one-character
                         pieces (a `specverify models write` GGUF's text vocabulary), its V tokens and the
                         exact text of any ids; then serving_model names that model, not a toy, and the
-                        rows compare logprobs with the engine's own teacher-forced ones (no toy row)
+                        rows compare logprobs with the engine's own teacher-forced ones (no toy row); or a
+                        `models.pieces.BytePieceCodec`: a tiny:V,SEED toy's text as byte pieces (the
+                        multi-byte case of the stream row: `specverify-serving` with text "multibyte")
     serving_features    (attribute, required) which of FEATURES the outputs carry; a row that needs one the
                         adapter lacks is a SKIP listed under not covered
     serving_float64_logprobs
@@ -85,15 +87,20 @@ class ServingOutput:
 def check_features(adapter, what: str) -> None:
     """The "serving" declaration: serving_model is tiny:V,SEED (or, with a serving_codec, a model's name)
     and serving_features names only FEATURES."""
-    from specverify.models.pieces import PieceCodec
+    from specverify.models.pieces import BytePieceCodec, PieceCodec
     from specverify.server.models import parse_tiny
 
     model = getattr(adapter, "serving_model", None)
     codec = getattr(adapter, "serving_codec", None)
-    if codec is not None and not isinstance(codec, PieceCodec):
+    if codec is not None and not isinstance(codec, (PieceCodec, BytePieceCodec)):
         raise AdapterError(f"{what}: serving_codec must be a specverify.models.pieces.PieceCodec, got "
                            f"{type(codec).__name__}")
-    if codec is not None:
+    if isinstance(codec, BytePieceCodec):     # a toy model's multi-byte text: the model is still the toy
+        tiny = parse_tiny(model) if isinstance(model, str) else None
+        if tiny is None or tiny[0] != codec.vocab:
+            raise AdapterError(f"{what}: a BytePieceCodec (a toy's text) needs serving_model \"tiny:V,SEED\" with "
+                               f"V = its {codec.vocab} pieces, got {model!r}")
+    elif codec is not None:
         if not isinstance(model, str) or not model or parse_tiny(model) is not None:
             raise AdapterError(f"{what}: with a serving_codec, serving_model names the real model the engine runs "
                                f"(not a tiny:V,SEED toy), got {model!r}")

@@ -12,7 +12,7 @@ the end on this thread (`Batcher.drain`); the engine lives as long as the adapte
 so the seeds row's warm-up traffic and the prefix cache carry over between calls. Logprobs are the
 server's (raw: log-softmax of the model's row), text the toy tokenizer's, stream deltas the server's
 (`batching.stream_delta` over each step's event). `variant` serves one of the broken engines of
-`server/variants.py` instead: the zoo's mutants 45-51 (`zoo/serving.py`).
+`server/variants.py` instead: the zoo's mutants 45-51, 54 and 55 (`zoo/serving.py`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ class SpecverifyServing:
     serving_features = FEATURES
     variant = "exact"
 
-    def __init__(self, variant: str | None = None):
+    text = "words"          # the toy's text: words " t{i}", or "multibyte" byte pieces (`server.models.TOY_TEXTS`)
+
+    def __init__(self, variant: str | None = None, text: str | None = None):
         from specverify import __version__
         from specverify.server.app import engine_factory
         from specverify.server.batching import Batcher
@@ -43,8 +45,13 @@ class SpecverifyServing:
         self.variant = variant or self.variant
         self.name = "specverify-serving" if self.variant == "exact" else f"specverify-serving[{self.variant}]"
         self.version = __version__
-        self.model = load(MODEL)
-        config = ServeConfig(model=MODEL, spec=SPEC, kappa=KAPPA, variant=self.variant, kv_budget=KV_BUDGET)
+        self.text = text or self.text
+        self.model = load(MODEL, toy_text=self.text)
+        if self.text != "words":            # the rows detokenise through the same byte pieces
+            self.serving_codec = self.model.tokenizer.codec
+            self.name += f"[text {self.text}]"
+        config = ServeConfig(model=MODEL, spec=SPEC, kappa=KAPPA, variant=self.variant, kv_budget=KV_BUDGET,
+                             toy_text=self.text)
         self.config = config
         self.batcher = Batcher(engine_factory(self.model, config))      # its thread is never started
 
@@ -58,6 +65,7 @@ class SpecverifyServing:
         def decode(ids):
             return tok.decode(ids, skip_special=True)
 
+        hold = getattr(self.batcher.engine, "stream_holds_unfinished", True)     # variant 55 does not
         states, jobs = [], []
         for r in requests:
             check_context(self.model, len(r.prompt), r.max_tokens, self.config.kappa)
@@ -70,7 +78,7 @@ class SpecverifyServing:
                     st["ids"] += ev[1]
                     st["entries"] += ev[2]
                     st["delta_ids"].append(tuple(ev[1]))
-                    delta = stream_delta(decode, st["ids"], st["sent"], tuple(r.stop))
+                    delta = stream_delta(decode, st["ids"], st["sent"], tuple(r.stop), hold)
                     st["sent"] += delta
                     st["deltas"].append(delta)
                 elif ev[0] == "done":

@@ -15,10 +15,13 @@ exactness -- with "engine." for "server." in its name; the adapter's `complete` 
     engine.seeds         seeded probes alone, after warm-up requests and among concurrent fillers: equal
     engine.prefix_cache  cold vs warm (the adapter must report cached_tokens)
     engine.preemption    a wave preempted while decoding (the adapter's counters()) equals each alone
+    engine.preemption.law
+                         unseeded runs in waves preempted while decoding against the toy's exact run law
+                         (chi-squared at the audit's alpha; the only statistical row here)
 
 The n = 2 independence row of the server level is not run: the protocol has no n > 1 (listed under not
 covered). An adapter without a feature gets that row as a SKIP (not covered), with the reason its API
-gives where the adapter states one (`serving_skips`). Exact rows only.
+gives where the adapter states one (`serving_skips`). Exact rows, but the law row.
 
 Budget (`--samples`): fixed prompts, runs and offsets (about 500 requests); --samples unused.
 """
@@ -38,8 +41,9 @@ def _renamed(row: CheckResult, skips: dict) -> CheckResult:
     a SKIP gets the adapter's reason from its API (`serving_skips`), where it gives one."""
     base = row.name.removeprefix("server.").split("[")[0]
     detail = row.detail.replace("the server ", "the engine ")
-    if row.verdict == SKIP and base in skips:
-        detail = f"{detail} -- the engine's API: {skips[base]}"
+    why = skips.get(base) or skips.get(base.split(".")[0])      # a sub-row (preemption.law) shares its row's reason
+    if row.verdict == SKIP and why:
+        detail = f"{detail} -- the engine's API: {why}"
     return replace(row, name="engine." + row.name.removeprefix("server."), detail=detail)
 
 
@@ -54,6 +58,7 @@ def run(engine, ctx) -> list[CheckResult]:
     rows += [r for r in serving.seeds_rows(level, ctx) if not r.name.startswith(NOT_AT_ENGINE_LEVEL)]
     rows.append(serving.prefix_cache_row(level, ctx))
     rows.append(serving.preemption_row(level, ctx))
+    rows.append(serving.preemption_law_row(level, ctx))
     rows.append(CheckResult("server.seeds.n_independent", SKIP, data={"not_covered": True},
                             detail="n > 1 choices: the engine-level protocol has none (a server audit runs this row)"))
     skips = dict(getattr(engine, "serving_skips", None) or {})

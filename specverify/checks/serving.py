@@ -21,7 +21,10 @@ a row that needs what the server lacks is a SKIP listed under not covered.
                       one character short); the stopped request (same seed, same max_tokens) must return
                       `reference.serving.finish` of the unstopped run: ids (the completing token kept,
                       nothing after), text cut at the earliest match, the logprobs of the kept ids,
-                      finish_reason "stop". Exact. On a server that takes seeds but does not honour them
+                      finish_reason "stop"; then the STOP_RUNS unstopped requests sent again (after every
+                      stopped copy): ids, text and logprobs equal the first unstopped runs -- a seeded run
+                      continues past a stop as plain decode's (the stopped request's ids are its prefix,
+                      the tokens past the stop the same). Exact. On a server that takes seeds but does not honour them
                       (server.seeds fails it) the runs are greedy, sent one at a time. Catches stop strings
                       matched per step (vLLM PR #47616, SGLang PR #23802, ArcticInference #161,
                       onnxruntime-genai PR #2528).
@@ -66,12 +69,24 @@ a row that needs what the server lacks is a SKIP listed under not covered.
                       rows), within LOGPROB_ATOL otherwise (a recompute row is a prefill row). Exact.
                       Catches a request resumed with stale draft state or KV (vLLM #52071, PRs #40768,
                       #46066, #49620).
+    server.preemption.law
+                      the run law under preemption (unseeded requests: no exact comparison reaches them):
+                      max(PREEMPT_LAW_MIN_RUNS, samples // PREEMPT_LAW_PER_SAMPLE) unseeded T=1 runs of
+                      PREEMPT_LAW_TOKENS tokens after one prompt of PREEMPT_LAW_PROMPT_TOKENS tokens, in waves
+                      of PREEMPT_LAW_IN_FLIGHT (one request with the prompt listed that often, as
+                      server.preemption's waves: admitted together), against the exact law of the target (a
+                      model whose law the audit knows, as server.law) by Pearson chi-squared over the V^L
+                      runs, at the audit's alpha; its power stated as the smallest total-variation distance detected with
+                      probability ctx.power (an impossible run fails exactly). The preemption counters must
+                      have grown during the runs (decode preemptions too where counted), else a SKIP.
+                      Catches a preemption that resamples or keeps stale draft state in a law-changing way
+                      (vLLM #52071, PRs #40768, #46066).
 
 Text: a tiny:V,SEED server's words are known ("t{i}", `server.models.ToyTokenizer`), and so are the
 one-character pieces of a `specverify models write` GGUF (`models.pieces`, the client's codec); any other server's
 text of ids[:j] is read from the run's logprobs text_offset (prefix-stable detokenisation assumed:
 a tokenizer whose pieces merge across tokens is then compared only where the offsets are given).
-Not covered here: the run law under preemption (only exact seeded and greedy runs), the run law and acceptance under a warm cache, the seeded continuation after a stop, concurrent
+Not covered here: the run law and acceptance under a warm cache, concurrent
 unseeded requests' independence; on a toy model, multi-byte text (its words are ASCII).
 
 Budget (`--samples`): fixed prompts, runs and offsets (about 500 requests); --samples unused.
@@ -108,6 +123,15 @@ PREEMPT_PROMPTS = 6        # a wave: one request with 6 prompts (our toy server 
                            # not their growth: the latest admitted is preempted while decoding)
 PREEMPTIONS_METRIC = "num_preemptions_total"
 DECODE_PREEMPTIONS_METRIC = "num_decode_preemptions_total"    # ours: preempted after its first output token
+PREEMPT_LAW_PROMPT_TOKENS = 11   # our server (blocks of 16, kappa 3): a toy request (its sentinel + 11) is
+                                 # admitted with one block (12 + 3 + 1 positions) and needs a second once it
+                                 # has emitted a token
+PREEMPT_LAW_TOKENS = 4     # runs of 4 tokens: V^4 sequences (V <= 8, as server.law)
+PREEMPT_LAW_IN_FLIGHT = 16 # runs a wave (one request, a list of prompts): more than a --kv-budget 96 cache holds
+                           # while they decode
+PREEMPT_LAW_PER_SAMPLE = 400   # runs = samples // 400 (500 at the default 200,000), at least ...
+PREEMPT_LAW_MIN_RUNS = 500
+PREEMPT_LAW_PROBE_RUNS = 64    # runs sent first: no (decode) preemption among them and the row is a SKIP
 SEED_BASE = 7000           # the rows' request seeds: SEED_BASE + run index (fixed: the audit is reproducible)
 
 
@@ -358,6 +382,7 @@ def stop_row(engine, ctx) -> CheckResult:
                     cases.append((k, j, stop, ref.finish(c.ids, max_tokens=RUN_TOKENS, detokenize=detok, stop=(stop,))))
                     reqs.append({**b, "stop": [stop]})
         got = engine.client.many(reqs, in_flight)
+        again = [g[0] for g in engine.client.many(base, in_flight)]     # after the stops: the same run again
     where = []
     for (k, j, stop, want), g in zip(cases, got):
         c, base_c = g[0], free[k]
@@ -378,9 +403,19 @@ def stop_row(engine, ctx) -> CheckResult:
         if problems:
             return _fail(name, f"run {k}, stop {stop!r} (completes at token {len(want.ids) - 1}, placed at {j}): "
                                + "; ".join(problems), len(cases), t, run=k, stop=stop, offset=j)
+    for k, (b, c, a) in enumerate(zip(base, free, again)):   # a seeded run continues identically after a stop
+        if a.ids != c.ids or a.text != c.text or (lp is not None and (
+                a.logprobs is None or len(a.logprobs) != len(c.logprobs or ())
+                or not all(_same_value(x, y, exact) for x, y in zip(a.logprobs, c.logprobs)))):
+            j = next((i for i, (x, y) in enumerate(zip(a.ids, c.ids)) if x != y), min(len(a.ids), len(c.ids)))
+            return _fail(name, f"run {k} ({'greedy' if greedy else 'seed ' + str(b.get('seed'))}) sent again after its "
+                               f"stopped copies: ids {list(a.ids)} (first differing at {j}), before the stops "
+                               f"{list(c.ids)}{'' if a.ids != c.ids else ' (text or logprobs differ)'}: the run does not "
+                               "continue past a stop as plain decode's", len(cases) + len(base), t, run=k, position=j)
     return _pass(name, f"{len(cases)} stopped {'greedy' if greedy else 'seeded'} requests equal plain decode's "
                        f"completion (ids, text, finish_reason{', logprobs' if lp else ''}); stops completed at "
-                       f"{len(set(where))} distinct positions"
+                       f"{len(set(where))} distinct positions; the {len(base)} runs sent again after them continue "
+                       "identically past every stop"
                        + (" (greedy, one in flight: the server does not honour seeds)" if greedy else ""),
                  len(cases), t, positions=sorted(set(where)), greedy=greedy)
 
@@ -718,6 +753,98 @@ def preemption_row(engine, ctx) -> CheckResult:
                  + " equal to each alone", len(reqs), t, **counts)
 
 
+def _law_model(engine):
+    """The float64 target whose exact run law the audit knows: a tiny:V,SEED model's, or a `specverify models
+    write` folder's (`server.audit.known_law`), else None."""
+    known = getattr(engine, "law", None)
+    if known is not None:
+        return known.vocab, known.model
+    return _toy(engine)
+
+
+def preemption_law_budget(ctx) -> int:
+    """Runs of the preemption law row: samples // PREEMPT_LAW_PER_SAMPLE, at least PREEMPT_LAW_MIN_RUNS."""
+    return max(PREEMPT_LAW_MIN_RUNS, ctx.samples // PREEMPT_LAW_PER_SAMPLE)
+
+
+def preemption_law_row(engine, ctx) -> CheckResult:
+    """The run law under preemption (module docstring, server.preemption.law): unseeded T=1 runs of
+    PREEMPT_LAW_TOKENS tokens after one prompt of PREEMPT_LAW_PROMPT_TOKENS tokens, sent PREEMPT_LAW_IN_FLIGHT
+    at once so that the KV budget preempts them while they decode, against the exact law of the target
+    (`reference.laws.target_law`) by Pearson chi-squared over the V^L runs (`joint.sequence_gof`: an
+    impossible run fails exactly). The decode-preemption counter must have grown, else a SKIP."""
+    from specverify.reference import laws
+    from specverify.reference.transforms import Transform
+
+    from .joint import sequence_gof
+    from .server import MAX_LAW_SEQUENCES
+
+    n = preemption_law_budget(ctx)
+    name = f"server.preemption.law[{n} unseeded runs of {PREEMPT_LAW_TOKENS} tokens, waves of {PREEMPT_LAW_IN_FLIGHT}]"
+    s = engine.support
+    if not s["token_ids"] or not s["token_id_prompts"]:
+        return skip(name, "needs token-id prompts and returned token ids")
+    known = _law_model(engine)
+    if known is None:
+        return skip(name, f"model {engine.client.model!r} has no law the audit knows (serve tiny:V,SEED or a "
+                          "`specverify models write` folder)")
+    vocab, target = known
+    if vocab ** PREEMPT_LAW_TOKENS > MAX_LAW_SEQUENCES:
+        return skip(name, f"the law spans {vocab}^{PREEMPT_LAW_TOKENS} runs, more than {MAX_LAW_SEQUENCES}")
+    before = engine.client.counter(PREEMPTIONS_METRIC)
+    before_decode = engine.client.counter(DECODE_PREEMPTIONS_METRIC)
+    if before is None:
+        return skip(name, f"the server exposes no preemption counter (GET /metrics, a *{PREEMPTIONS_METRIC} "
+                          "sample): whether the runs were preempted is unknown")
+    prompt = tuple(int(t) for t in ctx.rng("server-preemption-law").integers(0, vocab, size=PREEMPT_LAW_PROMPT_TOKENS))
+    req = dict(prompt=prompt, max_tokens=PREEMPT_LAW_TOKENS, temperature=1.0, seed=None, logprobs=None)
+
+    def waves(count):        # one completions request a wave (`_wave`: admitted together, preempted alike)
+        out = []
+        while len(out) < count:
+            out += _wave(engine, [req] * min(PREEMPT_LAW_IN_FLIGHT, count - len(out)))
+        return out
+    def counts():
+        after = engine.client.counter(PREEMPTIONS_METRIC)
+        after_decode = engine.client.counter(DECODE_PREEMPTIONS_METRIC)
+        decode = None if before_decode is None or after_decode is None else after_decode - before_decode
+        return dict(preemptions=(after or 0.0) - before, decode_preemptions=decode)
+
+    def unstressed(c):
+        return c["preemptions"] <= 0 or (c["decode_preemptions"] is not None and c["decode_preemptions"] <= 0)
+
+    with Timer() as t:       # a first slice: a server that preempts nothing is a SKIP without the rest
+        first = min(n, PREEMPT_LAW_PROBE_RUNS)
+        got = waves(first)
+        seen = counts()
+        if not unstressed(seen):
+            got += waves(n - first)
+            seen = counts()
+    preempted, decode = seen["preemptions"], seen["decode_preemptions"]
+    if unstressed(seen):
+        what = "no preemption" if preempted <= 0 else f"{preempted:g} preemptions, none while decoding"
+        return CheckResult(name, SKIP, n=len(got), seconds=t.seconds,
+                           detail=f"{what} during {len(got)} runs in waves of {PREEMPT_LAW_IN_FLIGHT}: the KV budget "
+                                  "was not tight enough (our server: specverify serve --kv-budget N); the law was not "
+                                  "tested", data={"not_covered": True, **seen})
+    tokens = np.full((n, PREEMPT_LAW_TOKENS), -1, np.int64)
+    short = 0
+    for i, c in enumerate(got):
+        ids = list(c.ids or ())[:PREEMPT_LAW_TOKENS]
+        tokens[i, :len(ids)] = ids
+        short += len(ids) != PREEMPT_LAW_TOKENS
+    law = laws.target_law(laws.Transformed(target, Transform(temperature=1.0)), prompt, PREEMPT_LAW_TOKENS)
+    row = sequence_gof(name, tokens, law, t.seconds, ctx)
+    if short and row.verdict != FAIL:
+        row.verdict, row.exact = FAIL, True
+        row.detail = f"{short} of {n} runs did not return {PREEMPT_LAW_TOKENS} tokens (a toy model has no EOS)"
+    where = (f"{decode:g} of them while decoding" if decode is not None
+             else f"the server does not say which while decoding (no *{DECODE_PREEMPTIONS_METRIC} sample)")
+    row.detail = f"{preempted:g} preemptions ({where}); " + row.detail
+    row.data.update(seen)
+    return row
+
+
 # ------------------------------------------------------------------------------ the check
 
 def run(engine, ctx) -> list[CheckResult]:
@@ -729,6 +856,7 @@ def run(engine, ctx) -> list[CheckResult]:
     rows += seeds_rows(engine, ctx)
     rows.append(prefix_cache_row(engine, ctx))
     rows.append(preemption_row(engine, ctx))
+    rows.append(preemption_law_row(engine, ctx))
     for r in rows:
         r.data.setdefault("support", support.to_dict())
     return rows

@@ -55,6 +55,9 @@ def register(sub) -> None:
     p.add_argument("--backend", default=None,
                    help="op backend of a Llama model (default: invariant, the batch-invariant kernels, where available)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--toy-text", default="words", choices=("words", "multibyte"),
+                   help="a tiny:V,SEED model's text: words ' t0'..' t{V-1}' (default), or byte pieces with a quote, "
+                        "a byte pair forming one character and an emoji (models.pieces.multibyte_codec)")
     p.add_argument("--variant", default="exact", choices=VARIANT_NAMES,
                    help="exact (default), or a deliberately broken engine for negative-control tests only "
                         "(specverify/server/variants.py)")
@@ -87,12 +90,12 @@ def run(args) -> int:
         backend = "invariant" if "invariant" in backend_names() else "default"
     config = ServeConfig(model=args.model, spec=args.spec, kappa=args.kappa, max_batch=args.max_batch,
                          max_context=args.max_context, seed=args.seed, backend=backend, variant=args.variant,
-                         kv_budget=args.kv_budget)
+                         kv_budget=args.kv_budget, toy_text=args.toy_text)
     sock = launch.bind(args.host, args.port)          # a port already taken: one line before any loading
     if args.served_model_name is not None and not args.served_model_name.strip():
         raise InputError("--served-model-name: must be a non-empty name")
     try:
-        model = load(args.model, backend)
+        model = load(args.model, backend, toy_text=args.toy_text)
         if args.served_model_name is not None:
             model = dataclasses.replace(model, name=args.served_model_name)
         app = build_app(model, config)

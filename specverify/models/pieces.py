@@ -19,6 +19,9 @@ character, and any run of ids detokenises into its characters, so both direction
     pieces(V)               the V one-character pieces, id order ("a".."z", "A".."Z", "0".."9", then CJK)
     PieceCodec(pieces)      encode(ids) -> text, decode(text) -> ids (ValueError naming a character that
                             is no piece), piece(id)
+    multibyte_codec(V)      a toy text of byte pieces (`BytePieceCodec`: a quote, a byte pair forming "€",
+                            an emoji, "é"): what `specverify serve --toy-text multibyte` and the engine level
+                            stream, so the stream row sees multi-byte characters split across tokens
 
 The transformers folder keeps its words (its ids and law are what the mlx and vLLM reports audited);
 the manifest records each role's GGUF pieces (`MANIFEST_ENTRY`), and the server-level client maps text
@@ -83,6 +86,58 @@ class PieceCodec:
         return {"tokenizer": TOKENIZER, "layout": LAYOUT, "pieces": "".join(self.pieces), "join": ""}
 
 
+# A toy vocabulary whose text is not ASCII (the stream row's multi-byte case): a quote, the lead bytes of
+# "€" (E2 82) and its last byte (AC) as two tokens -- a byte-fallback pair forming one character, and
+# alone an unfinished UTF-8 sequence --, a 4-byte emoji, then "é" (2 bytes) and ASCII letters.
+MULTIBYTE_PIECES = (b'"', b"\xe2\x82", b"\xac", "\U0001F600".encode(), "\u00e9".encode()) + tuple(
+    c.encode() for c in ASCII)
+MULTIBYTE_LAYOUT = "bytes-1"
+
+
+@dataclass(frozen=True)
+class BytePieceCodec:
+    """ids -> text of a vocabulary of byte pieces: the pieces' bytes joined, decoded as UTF-8 with an
+    unfinished or invalid sequence as U+FFFD (errors="replace", as a detokenizer shows a lone byte token).
+    One way only: such text does not always map back to ids."""
+    pieces: tuple
+
+    def __post_init__(self):
+        if any(not isinstance(p, bytes) or not p for p in self.pieces) or len(set(self.pieces)) != len(self.pieces):
+            raise ValueError("a BytePieceCodec needs distinct non-empty byte pieces")
+
+    @property
+    def vocab(self) -> int:
+        return len(self.pieces)
+
+    def piece(self, token: int) -> str:
+        return self.pieces[int(token)].decode("utf-8", errors="replace")
+
+    def encode(self, ids) -> str:
+        return b"".join(self.pieces[int(t)] for t in ids).decode("utf-8", errors="replace")
+
+    def to_dict(self) -> dict:
+        return {"layout": MULTIBYTE_LAYOUT, "pieces": [p.hex() for p in self.pieces]}
+
+
+def from_served(entry) -> BytePieceCodec | None:
+    """The byte-piece codec our server names in /v1/models ("specverify_text", `BytePieceCodec.to_dict`), or None."""
+    if not isinstance(entry, dict) or entry.get("layout") != MULTIBYTE_LAYOUT:
+        return None
+    if not isinstance(entry.get("pieces"), list):
+        return None
+    try:
+        return BytePieceCodec(tuple(bytes.fromhex(p) for p in entry["pieces"]))
+    except (TypeError, ValueError):
+        return None
+
+
+def multibyte_codec(vocab: int) -> BytePieceCodec:
+    """The first `vocab` of MULTIBYTE_PIECES (V = 4: the quote, the euro sign's byte pair, the emoji)."""
+    if not 1 <= int(vocab) <= len(MULTIBYTE_PIECES):
+        raise ValueError(f"no {vocab} multi-byte pieces (at most {len(MULTIBYTE_PIECES)})")
+    return BytePieceCodec(MULTIBYTE_PIECES[:int(vocab)])
+
+
 def codec(vocab: int) -> PieceCodec:
     return PieceCodec(tuple(pieces(vocab)))
 
@@ -94,4 +149,5 @@ def from_entry(entry) -> PieceCodec | None:
     return PieceCodec(tuple(entry["pieces"]))
 
 
-__all__ = ["pieces", "codec", "PieceCodec", "from_entry", "TOKENIZER", "LAYOUT"]
+__all__ = ["pieces", "codec", "PieceCodec", "from_entry", "TOKENIZER", "LAYOUT", "BytePieceCodec", "multibyte_codec",
+           "MULTIBYTE_PIECES"]

@@ -170,8 +170,11 @@ def build_app(model: ServedModel, config: ServeConfig):
 
     @app.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": model.name, "object": "model", "owned_by": "specverify",
-                                            "max_model_len": model.max_context}]}
+        entry = {"id": model.name, "object": "model", "owned_by": "specverify", "max_model_len": model.max_context}
+        codec = getattr(tok, "codec", None)
+        if model.toy and codec is not None:          # a toy's byte-piece text (--toy-text multibyte): the audit
+            entry["specverify_text"] = codec.to_dict()   # detokenises through it (`models.pieces.from_served`)
+        return {"object": "list", "data": [entry]}
 
     @app.post("/v1/completions")
     async def completions(req: wire.CompletionRequest):
@@ -239,6 +242,8 @@ def build_app(model: ServedModel, config: ServeConfig):
         def decode(ids):
             return tok.decode(ids, skip_special=True)
 
+        hold_unfinished = getattr(batcher.engine, "stream_holds_unfinished", True)   # variant 55 does not
+
         async def events():
             left = len(choices)
             while left:
@@ -249,7 +254,7 @@ def build_app(model: ServedModel, config: ServeConfig):
                 if ev[0] == "tokens":
                     new, ent = ev[1], ev[2]
                     c.tokens += new
-                    delta = stream_delta(decode, c.tokens, c.sent, req.stops())
+                    delta = stream_delta(decode, c.tokens, c.sent, req.stops(), hold_unfinished)
                     c.sent += delta
                     yield wire.sse(wire.envelope(cid, model.name, [choice_body(c, new, ent, delta, None)]))
                 else:

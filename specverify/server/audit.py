@@ -70,6 +70,9 @@ class ServerEngine:
         self.law = known_law(client.model, law_model)
         self.vocab = None if self.law is None else self.law.vocab
         self.word_vocab = word_vocab        # text prompts are words "t0".."t{V-1}" (a tiny Llama folder's)
+        text = client.served_text() if self.law is not None else None
+        if text is not None and text.vocab == self.vocab:    # a toy served with byte-piece text: ids -> text
+            self.decode = text.encode
         self.name = f"server {client.url} ({client.model})"
         self.version = client.version()
 

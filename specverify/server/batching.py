@@ -37,18 +37,19 @@ from specverify.errors import InputError
 STOP_TIMEOUT_S = 5.0          # how long `stop` waits for the engine thread to end
 
 
-def stream_delta(decode, tokens: list, sent: str, stops: tuple) -> str:
+def stream_delta(decode, tokens: list, sent: str, stops: tuple, hold_unfinished: bool = True) -> str:
     """The text a stream may send after `sent` once a choice holds `tokens`: the decoded text, less the
     last len(longest stop) - 1 characters (a stop string may still complete there), cut before a stop
     string found in it (the engine stopped there: nothing from it on is sent) and before an unfinished
-    UTF-8 sequence ("\ufffd"). "" when nothing new is safe to send."""
+    UTF-8 sequence ("\ufffd"; `hold_unfinished` False only in the broken variant 55, which sends it).
+    "" when nothing new is safe to send."""
     text = decode(tokens)
     hold = max((len(x) for x in stops), default=1) - 1
     safe = len(text) - hold
     hits = [text.find(x) for x in stops if x and x in text]
     if hits:
         safe = min(safe, min(hits))
-    while safe > len(sent) and text[safe - 1] == "\ufffd":
+    while hold_unfinished and safe > len(sent) and text[safe - 1] == "\ufffd":
         safe -= 1
     return text[len(sent):safe] if safe > len(sent) else ""
 

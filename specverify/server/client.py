@@ -218,6 +218,17 @@ class ServerClient:
             raise _fail(self.url, "GET /models lists no models (not an OpenAI-compatible server?)")
         return ids
 
+    def served_text(self):
+        """The toy text codec our server names for the model in /v1/models ("specverify_text": a
+        `models.pieces.BytePieceCodec`), or None (any other server, or a toy's words)."""
+        from specverify.models.pieces import from_served
+        page = self._call(lambda: self.client.models.list())
+        for m in getattr(page, "data", None) or []:
+            if getattr(m, "id", None) == self.model:
+                extra = getattr(m, "model_extra", None) or {}
+                return from_served(extra.get("specverify_text", getattr(m, "specverify_text", None)))
+        return None
+
     def version(self) -> str | None:
         """The server's /version (vLLM, our server), if it has one."""
         import httpx

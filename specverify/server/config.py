@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 VARIANT_NAMES = ("exact", "recovered-from-p", "stop-per-step", "cap-crossed", "usage-charges-drafts",
                  "logprobs-from-draft", "stream-last-token", "seed-offset-by-steps",
-                 "preempt-keeps-draft-state")   # `variants.VARIANTS`, in order
+                 "preempt-keeps-draft-state", "preempt-accepts-stale-drafts",
+                 "stream-splits-characters")   # `variants.VARIANTS`, in order
 
 
 @dataclass(frozen=True)
@@ -22,3 +23,4 @@ class ServeConfig:
     backend: str = "default"
     variant: str = "exact"
     kv_budget: int | None = None    # KV positions of the target's cache (None: max_batch full-context requests)
+    toy_text: str = "words"         # a tiny:V,SEED model's text: words " t{i}" or "multibyte" byte pieces

@@ -72,6 +72,52 @@ class ToyTokenizer:
         return "".join(self.piece(int(t)) for t in ids)
 
 
+class BytePieceTokenizer:
+    """A toy model's text as byte pieces (`models.pieces.multibyte_codec`): decode joins the pieces' bytes
+    (an unfinished UTF-8 sequence shows as U+FFFD, as a detokenizer shows a lone byte token); encode is a
+    greedy longest match over the text's UTF-8 bytes (InputError for bytes no piece covers)."""
+
+    eos_id = None
+
+    def __init__(self, codec):
+        self.codec = codec
+        self.vocab = codec.vocab
+
+    def encode(self, text: str) -> list:
+        data, out, i = text.encode(), [], 0
+        by_len = sorted(range(self.vocab), key=lambda t: -len(self.codec.pieces[t]))
+        while i < len(data):
+            tok = next((t for t in by_len if data.startswith(self.codec.pieces[t], i)), None)
+            if tok is None:
+                raise InputError(f"text prompt byte {data[i]:#04x} at {i} starts no piece of this model's "
+                                 f"{self.vocab} pieces")
+            out.append(tok)
+            i += len(self.codec.pieces[tok])
+        return out
+
+    def piece(self, token: int) -> str:
+        return self.codec.piece(token)
+
+    def decode(self, ids, skip_special: bool = True) -> str:
+        return self.codec.encode(ids)
+
+
+TOY_TEXTS = ("words", "multibyte")     # a toy model's text: words " t{i}", or byte pieces (BytePieceTokenizer)
+
+
+def toy_tokenizer(vocab: int, text: str = "words"):
+    """The tokenizer of a toy model's text kind (TOY_TEXTS)."""
+    if text == "words":
+        return ToyTokenizer(vocab)
+    if text == "multibyte":
+        from specverify.models.pieces import multibyte_codec
+        try:
+            return BytePieceTokenizer(multibyte_codec(vocab))
+        except ValueError as e:
+            raise InputError(f"--toy-text multibyte: {e}") from None
+    raise InputError(f"--toy-text {text!r}: choose one of {', '.join(TOY_TEXTS)}")
+
+
 class _PieceTokenizer:
     """A GGUF tokenizer with `piece(id)`: the text of one token (logprobs' "tokens")."""
 
@@ -111,16 +157,19 @@ def toy_max_context(vocab: int) -> int:
     return n
 
 
-def load(spec: str, backend: str = "default") -> ServedModel:
-    """The model `spec` names (module docstring); InputError for a name that is none of them."""
+def load(spec: str, backend: str = "default", toy_text: str = "words") -> ServedModel:
+    """The model `spec` names (module docstring); InputError for a name that is none of them. `toy_text`:
+    a toy model's text (TOY_TEXTS; other models have their own tokenizer)."""
     tiny = parse_tiny(spec)
     if tiny is not None:
         vocab, seed = tiny
         if not 2 <= vocab <= 4096:
             raise InputError(f"--model {spec}: vocabulary {vocab} outside [2, 4096]")
         target, draft = tiny_models(vocab, seed)
-        return ServedModel(f"tiny:{vocab},{seed}", target, draft, ToyTokenizer(vocab), vocab,
+        return ServedModel(f"tiny:{vocab},{seed}", target, draft, toy_tokenizer(vocab, toy_text), vocab,
                            toy_max_context(vocab), None, True)
+    if toy_text != "words":
+        raise InputError(f"--toy-text {toy_text}: only a tiny:V,SEED model's text can be chosen")
     if spec.startswith("tiny:"):
         raise InputError(f"--model {spec!r}: write tiny:V,SEED (e.g. tiny:4,7)")
     from specverify.models import export
@@ -178,5 +227,6 @@ def check_context(model: ServedModel, prompt_len: int, max_tokens: int, kappa: i
                          f"{model.max_context}")
 
 
-__all__ = ["ServedModel", "ToyTokenizer", "tiny_models", "parse_tiny", "load", "load_exported", "check_context",
+__all__ = ["ServedModel", "ToyTokenizer", "BytePieceTokenizer", "toy_tokenizer", "TOY_TEXTS", "tiny_models",
+           "parse_tiny", "load", "load_exported", "check_context",
            "toy_max_context"]

@@ -9,7 +9,7 @@ correct server must pass and of a broken one must fail). Never use a broken vari
                        accepted drafts then come out too often -- the output law is biased whenever the
                        draft disagrees with the target
 
-The serving-path variants (../shared/BUGCLASSES.md, "The serving path"; zoo numbers 45-51: run as servers
+The serving-path variants (../shared/BUGCLASSES.md, "The serving path"; zoo numbers 45-51, 54 and 55: run as servers
 by tests/test_serving.py against the rows of `checks/serving.py`, and in process by `specverify zoo` as
 `mutant:<name>` at the serving engine level, `zoo/serving.py`):
 
@@ -26,6 +26,15 @@ by tests/test_serving.py against the rows of `checks/serving.py`, and in process
                            (51) a request preempted while decoding resumes with a stale KV tail: the
                            recompute writes its last token's slot from the state the step before left
                            (a placeholder) -- only under a --kv-budget that preempts -> server.preemption
+    preempt-accepts-stale-drafts
+                           (54) an unseeded sampled request preempted while decoding takes its resumed
+                           step's drafts as accepted (the acceptance state from before the preemption reused,
+                           never verified against the target): its run law is the draft's there. Greedy and
+                           seeded requests exact (the exact comparisons of server.preemption pass); only under
+                           a --kv-budget that preempts                              -> server.preemption.law
+    stream-splits-characters
+                           (55) a step that ends inside a multi-byte character streams U+FFFD at once
+                           instead of holding it back: deltas != text (--toy-text multibyte) -> server.stream
 """
 
 from __future__ import annotations
@@ -195,8 +204,40 @@ class PreemptKeepsDraftState(Engine):
         return new
 
 
+class PreemptAcceptsStaleDrafts(Engine):
+    """(54) Preemption that keeps stale draft state in a law-changing way (vllm-project/vllm #52071, PRs
+    #40768, #46066: speculative state -- draft tokens, their acceptance -- surviving a preemption): a
+    sampled request preempted while decoding resumes with its drafts taken as accepted, not verified;
+    the step's last token is drawn from the target's row after them. The tokens after a resume follow the
+    draft's law, not the target's. Only unseeded requests (the batched path; a seeded request's own
+    generator path is exact, as vLLM's rejection sampler splits them): greedy, seeded and never-preempted
+    requests are exact, so only the run law under preemption sees it."""
+
+    def _accept(self, req, rows, drafts, q_rows, p_rows):
+        if p_rows is None or req.params.seed is not None or not req.resume_decode or not drafts:
+            return super()._accept(req, rows, drafts, q_rows, p_rows)
+        k = len(drafts)
+        emitted = list(drafts) + [draw(p_rows[k], req.rng.random())]      # BUG (on purpose): no verification
+        self.metrics.record_verify(k, k)
+        req.num_steps += 1
+        return emitted, k
+
+
+class StreamSplitsCharacters(Engine):
+    """(55) A stream that sends an unfinished UTF-8 sequence (vllm-project/vllm PR #26027's incremental
+    detokenizer thread; ../shared/BUGCLASSES.md, "The serving path": byte-fallback tokens): a step that ends
+    inside a multi-byte character -- a lead byte token whose continuation comes in the next step -- sends
+    the replacement character U+FFFD at once instead of holding it back, so the concatenated deltas differ
+    from the text once the character completes. Token ids, the text and the answer are exact; only a text
+    whose characters span tokens shows it (`specverify serve --toy-text multibyte`)."""
+
+    stream_holds_unfinished = False        # BUG (on purpose): read by the server's stream (`batching.stream_delta`)
+
+
 VARIANTS = {"exact": Engine, "recovered-from-p": RecoveredFromP, "stop-per-step": StopPerStep,
             "cap-crossed": CapCrossed, "usage-charges-drafts": UsageChargesDrafts,
             "logprobs-from-draft": LogprobsFromDraft, "stream-last-token": StreamLastToken,
-            "seed-offset-by-steps": SeedOffsetBySteps, "preempt-keeps-draft-state": PreemptKeepsDraftState}
+            "seed-offset-by-steps": SeedOffsetBySteps, "preempt-keeps-draft-state": PreemptKeepsDraftState,
+            "preempt-accepts-stale-drafts": PreemptAcceptsStaleDrafts,
+            "stream-splits-characters": StreamSplitsCharacters}
 assert tuple(VARIANTS) == VARIANT_NAMES

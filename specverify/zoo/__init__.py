@@ -37,7 +37,7 @@ from . import acceptance, endpoints, engine_loop, greedy, processors, ranks, res
 from . import precision, tiles  # noqa: F401 (they register: the draw at real vocabulary sizes)
 from . import state  # noqa: F401 (they register: our engine's ring buffer and recurrent state, bitwise level)
 from . import drafter  # noqa: F401 (it registers: our engine's drafter out of sync)
-from . import serving  # noqa: F401 (they register: the serving path at the engine level, 45-51)
+from . import serving  # noqa: F401 (they register: the serving path at the engine level, 45-51, 54 and 55)
 from .registry import CATALOGUE
 
 _ORDER = sorted(CATALOGUE, key=lambda name: CATALOGUE[name].number)

@@ -1,7 +1,7 @@
 """The bug zoo as a whole: audit the reference and every mutant, and tabulate which check catches which.
 
 `run_zoo(...)` audits the exact engines (REFERENCES: "reference", the exact samplers, and
-"specverify-serving", our engine at the serving level, the exact twin of mutants 45-51) and each
+"specverify-serving", our engine at the serving level, the exact twin of mutants 45-51, 54 and 55) and each
 `mutant:<name>` (`specverify.zoo.MUTANTS`) with the same
 settings, in `jobs` worker processes (one audit per task, its adapter in that process; numba limited to
 one thread per worker so that two workers share two cores), and returns a `ZooResult`:

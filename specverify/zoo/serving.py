@@ -1,4 +1,4 @@
-"""Mutants of the serving path (45-51): our engine with one bug downstream of its sampler, audited at the
+"""Mutants of the serving path (45-51, 54, 55): our engine with one bug downstream of its sampler, audited at the
 serving engine level (`adapters/specverify_serving.py`, check `engine_serving`, whose rows are the server
 level's `checks/serving.py` run without HTTP).
 
@@ -90,3 +90,27 @@ class PreemptKeepsDraftState(SpecverifyServing):
     token before it); exact without preemption -- the adapter's KV budget preempts every wave."""
 
     variant = "preempt-keeps-draft-state"
+
+
+@mutant(54, "preempt-accepts-stale-drafts", targets=TARGET)
+@_row("preempt-accepts-stale-drafts", "engine.preemption.law")
+class PreemptAcceptsStaleDrafts(SpecverifyServing):
+    """Preemption that keeps stale draft state in a law-changing way (vllm-project/vllm #52071, PRs #40768,
+    #46066): an unseeded sampled request preempted while decoding takes its resumed step's drafts as
+    accepted, unverified -- its run law there is the draft's. Greedy and seeded requests are exact, so the
+    exact comparisons of engine.preemption pass; only the run law under preemption (engine.preemption.law)
+    sees it."""
+
+    variant = "preempt-accepts-stale-drafts"
+
+
+@mutant(55, "stream-splits-characters", targets=TARGET)
+@_row("stream-splits-characters", "engine.stream")
+class StreamSplitsCharacters(SpecverifyServing):
+    """A stream that sends an unfinished UTF-8 sequence (vllm-project/vllm PR #26027's incremental
+    detokenizer; byte-fallback tokens, ../shared/BUGCLASSES.md "The serving path"): a step ending inside a
+    multi-byte character streams U+FFFD at once, so the deltas differ from the text. On the toy's
+    multi-byte text (a byte pair forming "€", an emoji): words would never show it."""
+
+    variant = "stream-splits-characters"
+    text = "multibyte"
