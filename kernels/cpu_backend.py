@@ -25,6 +25,9 @@ Using it efficiently (what the engine should know):
     (`cpu_linear_q8`, its own k-pair panel layout): faster, still batch-invariant, but NOT the
     fp32 path's logits (x is rounded to 8 bits per block). The method `linear_q8` is that kernel
     on every backend, whatever `activations` says.
+  * `llama_layers(x, layers, cache, batch, config)` runs a Llama's decoder layers on the q8 path
+    one numba call a layer (`cpu_layer_q8`: the same kernels and bits as the nine launches a
+    layer of the generic forward, without their Python); None where it does not apply (see there).
   * A (kappa+1)-row verify step reads each weight once, like a decode step (the micro-kernel
     handles ROW_BLOCK = 4 rows per pass over a cached panel), so it costs far less than kappa+1
     decode steps.
