@@ -20,7 +20,10 @@ POS_CHUNK positions into a transposed [Dh, POS_CHUNK] buffer, once for all the i
 queries x the query heads of that KV head), and computes a row's POS_CHUNK scores with the
 accumulators in vector registers, vectorised across positions (each position's dot product still
 runs over d in order). Positions past a row's own `pos` are computed in its last chunk but never
-read. With `parallel=True` the work items are spread over numba's threads (prange): that changes
+read. With head dim PV_DIM (64), the P.V sums of up to PV_ROWS heads of one query (one n_kv) run
+together in `_pv_rows`: accumulators in registers, each V row read once for all of them; each
+acc_d is still its own sum over t in order (the same bits as the plain loop; 1.3x faster a decode
+step and 1.6x a 4-row verify step at SmolLM2's shape, context 150). With `parallel=True` the work items are spread over numba's threads (prange): that changes
 who computes an item, never how.
 """
 
@@ -35,6 +38,11 @@ from .cpu_common import JIT, carray, stack_f32
 
 POS_CHUNK = 64
 MAX_HEAD_DIM = 256
+PV_DIM = 64
+"""Head dim of the register-resident P.V loop (`_pv_rows`; SmolLM2's); other head dims take the plain loop."""
+PV_ROWS = 4
+"""Query heads of one query whose P.V accumulators `_pv_rows` holds at once (4 x 64 floats = 16 AVX-512 registers)."""
+_PV_ACC = PV_ROWS * PV_DIM
 
 
 @njit(inline="always", **JIT)
@@ -49,6 +57,29 @@ def _score_row(q, ti, h, k_t, scale, scores, r, c0):
             acc[j] += qd * k_t[d, j]
     for j in range(POS_CHUNK):
         scores[r, c0 + j] = acc[j] * scale
+
+
+@njit(inline="always", **JIT)
+def _pv_rows(scores, zs, r0, rows, v_cache, block_tables, b, kvh, n_kv, out, ti, h0):
+    """out[ti, h0 + i] = fl32(acc / zs[r0 + i]) for rows r0 + i (i < rows, a constant <= PV_ROWS: the
+    heads of one query, so one n_kv), acc_d = sum over t in order of fl32(e_t * v_t[d]) -- the
+    module's sequence, with the rows' accumulators in registers and each V row read once for them."""
+    acc = carray(stack_f32(_PV_ACC), (PV_ROWS, PV_DIM))
+    for i in range(rows):
+        for d in range(PV_DIM):
+            acc[i, d] = 0.0
+    block_size = v_cache.shape[1]
+    for t in range(n_kv):
+        blk = block_tables[b, t // block_size]
+        slot = t % block_size
+        for i in range(rows):
+            e = scores[r0 + i, t]
+            for d in range(PV_DIM):
+                acc[i, d] += e * v_cache[blk, slot, kvh, d]
+    for i in range(rows):
+        z = zs[r0 + i]
+        for d in range(PV_DIM):
+            out[ti, h0 + i, d] = acc[i, d] / z
 
 
 @njit(inline="always", **JIT)
@@ -84,12 +115,9 @@ def _item(q, k_cache, v_cache, block_tables, first_tok, n_tok, ctx_len, scale, o
             qi = r // group
             if c0 <= first_pos + qi:                     # the row attends to this chunk
                 _score_row(q, first_tok[b] + qi, kvh * group + r - qi * group, k_t, scale, scores, r, c0)
-    acc = carray(stack_f32(MAX_HEAD_DIM), (MAX_HEAD_DIM,))
+    zs = np.empty(n_rows, np.float32)
     for r in range(n_rows):
-        qi = r // group
-        ti = first_tok[b] + qi
-        h = kvh * group + r - qi * group
-        n_kv = first_pos + qi + 1
+        n_kv = first_pos + r // group + 1
         mx = scores[r, 0]
         for t in range(1, n_kv):
             if scores[r, t] > mx:
@@ -99,6 +127,31 @@ def _item(q, k_cache, v_cache, block_tables, first_tok, n_tok, ctx_len, scale, o
             e = math.exp(scores[r, t] - mx)
             scores[r, t] = e
             z += e
+        zs[r] = z
+    if head_dim == PV_DIM:                               # accumulators in registers, each V row read once
+        for qi in range(n_b):                            #   for up to PV_ROWS heads of one query
+            r0 = qi * group
+            ti = first_tok[b] + qi
+            n_kv = first_pos + qi + 1
+            rest = group
+            while rest >= PV_ROWS:
+                _pv_rows(scores, zs, r0, PV_ROWS, v_cache, block_tables, b, kvh, n_kv, out, ti, kvh * group + r0 - qi * group)
+                r0 += PV_ROWS
+                rest -= PV_ROWS
+            if rest == 3:
+                _pv_rows(scores, zs, r0, 3, v_cache, block_tables, b, kvh, n_kv, out, ti, kvh * group + r0 - qi * group)
+            elif rest == 2:
+                _pv_rows(scores, zs, r0, 2, v_cache, block_tables, b, kvh, n_kv, out, ti, kvh * group + r0 - qi * group)
+            elif rest == 1:
+                _pv_rows(scores, zs, r0, 1, v_cache, block_tables, b, kvh, n_kv, out, ti, kvh * group + r0 - qi * group)
+        return
+    acc = carray(stack_f32(MAX_HEAD_DIM), (MAX_HEAD_DIM,))
+    for r in range(n_rows):
+        qi = r // group
+        ti = first_tok[b] + qi
+        h = kvh * group + r - qi * group
+        n_kv = first_pos + qi + 1
+        z = zs[r]
         for d in range(head_dim):
             acc[d] = 0.0
         for t in range(n_kv):

@@ -25,6 +25,9 @@ Using it efficiently (what the engine should know):
     (`cpu_linear_q8`, its own k-pair panel layout): faster, still batch-invariant, but NOT the
     fp32 path's logits (x is rounded to 8 bits per block). The method `linear_q8` is that kernel
     on every backend, whatever `activations` says.
+  * `llama_layers(x, layers, cache, batch, config)` runs a Llama's decoder layers on the q8 path
+    one numba call a layer (`cpu_layer_q8`: the same kernels and bits as the nine launches a
+    layer of the generic forward, without their Python); None where it does not apply (see there).
   * A (kappa+1)-row verify step reads each weight once, like a decode step (the micro-kernel
     handles ROW_BLOCK = 4 rows per pass over a cached panel), so it costs far less than kappa+1
     decode steps.
@@ -46,10 +49,11 @@ import weakref
 
 import numpy as np
 
-from . import cpu_attention, cpu_linear, cpu_linear_q, cpu_linear_q8, cpu_rms_norm, cpu_rotary, cpu_silu_mul, cpu_softmax
+from . import (cpu_attention, cpu_layer_q8, cpu_linear, cpu_linear_q, cpu_linear_q8, cpu_rms_norm, cpu_rotary, cpu_silu_mul,
+               cpu_softmax)
 from .backend import register_backend
 from .cpu_common import assert_no_svml
-from .quant import QuantizedWeight
+from .quant import Q4_1, QuantizedWeight
 
 
 class PackedLinearWeight:
@@ -175,6 +179,49 @@ class InvariantBackend:
         pos = positions.detach().to(torch.int64).contiguous().numpy()
         y = torch.from_numpy(cpu_rotary.rotary(_f32(x), pos, theta))
         return y if x.dtype == torch.float32 else y.to(x.dtype)
+
+    # ------------------------------------------------------------------ a whole decoder stack
+    def llama_layers(self, x, layers, cache, batch, config):
+        """The decoder layers of `specverify.engine.model.Llama` on x [T, D] in one compiled call a
+        layer (`cpu_layer_q8.layer_q4_1`: the same kernels, the same bits as the generic forward's
+        launches), or None where that does not apply -- the fp32-activation variant, a matrix that
+        is not Q4_1, a non-fp32 norm / activation / cache, or a launch this backend would split over
+        threads -- and the caller runs its generic loop."""
+        import torch
+        if self.activations != "q8" or x.dtype != torch.float32 or cache.k.dtype != torch.float32:
+            return None
+        T = int(x.shape[0])
+        Hq, Hkv, Dh, F = config.n_heads, config.n_kv_heads, config.head_dim, config.ffn_dim
+        ctx = batch.context_lens.numpy().astype(np.int64)
+        if T == 0 or Dh > cpu_attention.MAX_HEAD_DIM or Dh % 2:
+            return None
+        if self.parallel and max(T * 2 * F * config.dim, T * Hq * Dh * int(ctx.max())) >= PARALLEL_MIN_WORK:
+            return None                                    # the generic path splits these over threads
+        mats = []
+        for w in layers:
+            ws = (w.wqkv, w.wo, w.w_gate_up, w.w_down)
+            if not all(isinstance(m, QuantizedWeight) and m.kind == Q4_1 for m in ws):
+                return None
+            if w.attn_norm.dtype != torch.float32 or w.ffn_norm.dtype != torch.float32:
+                return None
+            mats.append([m.packed(cpu_linear_q8.PACK_KEY, lambda m=m: cpu_linear_q8.pack(m))[1:] for m in ws])
+        cu = batch.cu_seqlens_q.numpy().astype(np.int64)
+        n_tok = np.diff(cu)
+        if (n_tok < 0).any() or (n_tok > ctx).any():
+            raise ValueError("attention: cu_seqlens_q / context_lens describe a query outside its context")
+        first_tok = cu[:-1].copy()
+        tables = batch.block_tables.numpy().astype(np.int64)
+        slots = batch.slot_mapping.numpy().astype(np.int64)
+        positions = batch.positions.numpy().astype(np.int64)
+        freq = cpu_rotary.inv_freq(Dh, config.rope_theta)
+        eps, scale = np.float32(config.norm_eps), np.float32(Dh ** -0.5)
+        k_all, v_all = cache.k.numpy(), cache.v.numpy()
+        h = np.ascontiguousarray(x.numpy(), dtype=np.float32)
+        for i, (w, m) in enumerate(zip(layers, mats)):
+            h = cpu_layer_q8.layer_q4_1(
+                h, _f32(w.attn_norm), _f32(w.ffn_norm), eps, *m[0], *m[1], *m[2], *m[3],
+                k_all[i], v_all[i], slots, positions, freq, tables, first_tok, n_tok, ctx, scale, Hq, Hkv, F)
+        return torch.from_numpy(h)
 
     # ------------------------------------------------------------------ attention
     def attention(self, q, k_cache, v_cache, block_tables, context_lens, cu_seqlens_q, scale: float):

@@ -100,10 +100,12 @@ def test_softmax_is_exactly_the_documented_sequence(inv):
     assert np.array_equal(inv.log_softmax(torch.from_numpy(x)).numpy(), want_lsm)
 
 
-def test_attention_is_exactly_the_documented_sequence(inv):
+@pytest.mark.parametrize("hq, dh", [(2, 5), (6, 64)], ids=["plain-loop", "register-pv-4+2-heads"])
+def test_attention_is_exactly_the_documented_sequence(inv, hq, dh):
+    # dh 64 takes cpu_attention._pv_rows (PV_DIM): 6 heads of one KV head = a block of 4 and one of 2
     expf = _libm_expf()
     rng = np.random.default_rng(3)
-    nb, bs, hkv, hq, dh = 6, 3, 1, 2, 5
+    nb, bs, hkv = 6, 3, 1
     kc = rng.standard_normal((nb, bs, hkv, dh), dtype=np.float32)
     vc = rng.standard_normal((nb, bs, hkv, dh), dtype=np.float32)
     table = np.array([[4, 1, 5, 0]], np.int32)
@@ -171,6 +173,7 @@ def test_rotary_is_batch_invariant(inv, dtype):
 
 @pytest.mark.parametrize("dims", [dict(n_q_heads=6, n_kv_heads=2, head_dim=16, block_size=4),
                                   dict(n_q_heads=9, n_kv_heads=3, head_dim=64, block_size=16, max_ctx=70),
+                                  dict(n_q_heads=10, n_kv_heads=2, head_dim=64, block_size=5, max_ctx=50),
                                   dict(n_q_heads=2, n_kv_heads=2, head_dim=20, block_size=3)])
 def test_attention_query_matches_its_decode_step_in_any_launch(inv, dims):
     r = invariance.check(inv, "attention", **dims)

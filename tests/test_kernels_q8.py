@@ -320,3 +320,83 @@ def test_a_dependency_edit_drops_the_modules_cached_kernels(tmp_path):
     dep.write_text("X = 2\n")
     assert drop_stale_cache(str(module), str(dep)) is True            # the dependency changed: dropped
     assert not any(f.exists() for f in stale)
+
+
+def _q4_1_llama(seed: int = 5):
+    """A small seeded Llama whose matrices are random Q4_1 blocks (the fused layer's scope): D 64,
+    4 query heads and 2 KV heads of 16, F 96, 2 layers, vocabulary 80 (fp32 embedding / head)."""
+    from specverify.engine.model import LlamaConfig, build_llama
+    cfg = LlamaConfig(vocab_size=80, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=96)
+    rng = np.random.default_rng(seed)
+    g = torch.Generator().manual_seed(seed)
+    t = {"token_embd.weight": torch.randn(80, 64, generator=g), "output_norm.weight": 1 + 0.1 * torch.randn(64, generator=g)}
+    for i in range(cfg.n_layers):
+        p = f"blk.{i}."
+        for name, n, k in (("attn_q", 64, 64), ("attn_k", 32, 64), ("attn_v", 32, 64), ("attn_output", 64, 64),
+                           ("ffn_gate", 96, 64), ("ffn_up", 96, 64), ("ffn_down", 64, 96)):
+            t[p + name + ".weight"] = random_blocks(quant.Q4_1, n, k, rng)
+        t[p + "attn_norm.weight"] = 1 + 0.1 * torch.randn(64, generator=g)
+        t[p + "ffn_norm.weight"] = 1 + 0.1 * torch.randn(64, generator=g)
+    return build_llama(cfg, t)
+
+
+def _decode_logits(model, backend, spec, kappa):
+    from specverify.engine.api import RunOptions, SpecOptions, generate
+    from specverify.engine.engine import SamplingParams
+    rows = {}
+    prompts = [[1, 5, 9, 5, 9, 5, 9, 5], [3, 4, 70, 2, 11, 3, 4, 70, 2, 11, 3, 4, 70, 2, 11, 3, 4]]
+    res = generate(model, None, prompts, sampling=SamplingParams(temperature=0.0, max_tokens=12),
+                   spec=SpecOptions(spec, kappa=kappa),
+                   run=RunOptions(backend=backend, eos_token_id=None, block_size=4,
+                                  record_logits=lambda r, i, row: rows.__setitem__((r, i), row.clone())))
+    return res.tokens, rows
+
+
+def test_the_fused_q8_layer_gives_the_generic_forwards_bits_and_is_taken(monkeypatch):
+    """`cpu_layer_q8.layer_q4_1` (one numba call a layer) against the generic forward's nine
+    launches a layer: the same tokens and every logits row bit for bit, in plain decode, n-gram
+    verify steps (4 rows) and the prefills of two batched requests over 4-position KV blocks. The
+    fused call must really run (counted), and the generic loop not."""
+    from specverify.kernels import cpu_layer_q8
+    from specverify.kernels.cpu_backend import InvariantBackend
+
+    class Generic(InvariantBackend):
+        def llama_layers(self, *args):
+            return None
+    calls = []
+    fused_layer = cpu_layer_q8.layer_q4_1
+    monkeypatch.setattr(cpu_layer_q8, "layer_q4_1", lambda *a: calls.append(a[0].shape[0]) or fused_layer(*a))
+    model = _q4_1_llama()
+    for spec, kappa in (("none", 0), ("ngram", 3)):
+        want_t, want = _decode_logits(model, Generic(activations="q8"), spec, kappa)
+        assert not calls
+        got_t, got = _decode_logits(model, InvariantBackend(activations="q8"), spec, kappa)
+        assert calls and got_t == want_t and set(got) == set(want)
+        assert all(torch.equal(got[key].view(torch.int32), want[key].view(torch.int32)) for key in want)
+        decode = calls[model.config.n_layers:]                # after the one prefill launch (25 rows) a layer
+        assert calls[0] == 25 and (max(decode) > 2 if spec == "ngram" else set(decode) == {2})   # verify / decode rows
+        calls.clear()
+
+
+def test_the_fused_layer_declines_what_it_does_not_cover(monkeypatch):
+    """The fp32-activation variant, a Q8_0 matrix and a launch a parallel backend splits go the
+    generic way (the fused call is never made) -- and give that way's bits."""
+    from specverify.engine.layout import StepBatch
+    from specverify.kernels import cpu_backend, cpu_layer_q8
+    from specverify.kernels.cpu_backend import InvariantBackend
+    monkeypatch.setattr(cpu_layer_q8, "layer_q4_1", lambda *a: pytest.fail("the fused layer ran"))
+    model = _q4_1_llama()
+    cache = model.make_cache(8, 4)
+    batch = StepBatch(token_ids=torch.tensor([1, 2, 3]), positions=torch.arange(3), slot_mapping=torch.arange(3),
+                      cu_seqlens_q=torch.tensor([0, 3], dtype=torch.int32), context_lens=torch.tensor([3], dtype=torch.int32),
+                      block_tables=torch.tensor([[0]], dtype=torch.int32), logits_indices=torch.tensor([2]), n_logits=[1])
+    x = torch.randn(3, 64)
+    assert InvariantBackend(activations="fp32").llama_layers(x, model.layers, cache, batch, model.config) is None
+    monkeypatch.setattr(cpu_backend, "PARALLEL_MIN_WORK", 1)
+    assert InvariantBackend(parallel=True, activations="q8").llama_layers(x, model.layers, cache, batch, model.config) is None
+    monkeypatch.undo()
+    monkeypatch.setattr(cpu_layer_q8, "layer_q4_1", lambda *a: pytest.fail("the fused layer ran"))
+    w = model.layers[1]
+    q8_0 = random_blocks(quant.Q8_0, w.w_down.n, w.w_down.k, np.random.default_rng(0))
+    mixed = model.layers[:1] + [type(w)(w.attn_norm, w.wqkv, w.wo, w.ffn_norm, w.w_gate_up, q8_0)]
+    assert InvariantBackend(activations="q8").llama_layers(x, mixed, cache, batch, model.config) is None

@@ -5,18 +5,21 @@ the invariant-q8 backend at its real shapes, 1 thread: CPU time per call (`time.
 of 5 loops: on the shared, loaded machine CPU time is what the op costs, wall time is mostly
 waiting), the step's sum over its 30 layers and the head, and the same step measured whole
 (`generate`, plain decode and n-gram kappa 3, decode CPU time per forward): the difference is the
-engine's Python outside the ops. Prints a table; writes nothing.
+engine's Python outside the ops. Since issue 30's fused layer the decode path runs each layer in
+one numba call (`cpu_layer_q8.layer_q4_1`, timed as "fused layer"), not through the launchers. Prints a table; writes nothing.
 """
 
 import os
 import time
 
 import numba
+import numpy as np
 import torch
 
 from specverify.engine.api import RunOptions, SpecOptions, generate
 from specverify.engine.engine import SamplingParams
 from specverify.engine.loader import load_smollm2
+from specverify.kernels import cpu_layer_q8, cpu_linear_q8, cpu_rotary
 from specverify.kernels.cpu_backend import InvariantBackend
 from specverify.models.prompts import encode_prompts, load_prompts
 
@@ -43,7 +46,7 @@ def main() -> None:
     c, lay = model.config, model.layers[0]
     n_layers = len(model.layers)
     print(f"load average {os.getloadavg()}; CPU time per call (us), 1 thread")
-    steps = {}
+    steps, fused = {}, {}
     for m in (1, 4):
         g = torch.Generator().manual_seed(m)
         x = torch.randn(m, c.dim, generator=g)
@@ -73,11 +76,24 @@ def main() -> None:
             t = cpu_per_call(f, 100) * times
             total += t * n_layers
             print(f"  {name:12} {t * 1e6:8.1f}   x{n_layers} layers {t * n_layers * 1e3:6.2f} ms")
+        # the decode path itself: the whole layer in one numba call (cpu_layer_q8, what Llama.forward runs on q8)
+        mats = [a for w in (lay.wqkv, lay.wo, lay.w_gate_up, lay.w_down)
+                for a in w.packed(cpu_linear_q8.PACK_KEY, lambda w=w: cpu_linear_q8.pack(w))[1:]]
+        kn, vn = kc.numpy().copy(), vc.numpy().copy()
+        p64 = pos.numpy().astype(np.int64)
+        args = (x.numpy(), lay.attn_norm.numpy(), lay.ffn_norm.numpy(), np.float32(c.norm_eps), *mats, kn, vn, p64, p64,
+                cpu_rotary.inv_freq(c.head_dim, c.rope_theta), bt.numpy().astype(np.int64), np.zeros(1, np.int64),
+                np.array([m], np.int64), cl.numpy().astype(np.int64), np.float32(c.head_dim ** -0.5),
+                c.n_heads, c.n_kv_heads, c.ffn_dim)
+        t = cpu_per_call(lambda: cpu_layer_q8.layer_q4_1(*args), 100)
+        print(f"  {'fused layer':12} {t * 1e6:8.1f}   x{n_layers} layers {t * n_layers * 1e3:6.2f} ms   (one call: all of the above but the head)")
+        fused[m] = t * n_layers
         xh = torch.randn(m, c.dim)
         t = cpu_per_call(lambda: be.linear(xh, model.head), 10)
         total += t
+        fused[m] += t
         print(f"  {'head':12} {t * 1e6:8.1f}   {'':>10} {t * 1e3:6.2f} ms")
-        print(f"  ops of one step: {total * 1e3:.2f} ms")
+        print(f"  ops of one step: {total * 1e3:.2f} ms through the launchers, {fused[m] * 1e3:.2f} ms fused layers + head")
         steps[m] = total
     ids = encode_prompts(tok, load_prompts(1, categories=["edit"]))[0]
     for spec, kappa in (("none", 0), ("ngram", 3)):
@@ -95,7 +111,8 @@ def main() -> None:
         cpu = stamps[-1] - stamps[0]
         print(f"generate {spec} kappa {kappa}: {len(res.tokens[0])} tokens, {steps_run} decode forwards, "
               f"{cpu / steps_run * 1e3:.2f} ms CPU a forward, {cpu / (len(res.tokens[0]) - 1) * 1e3:.2f} ms a token")
-    print(f"verify step (M=4) / decode step (M=1), ops only: {steps[4] / steps[1]:.2f}")
+    print(f"verify step (M=4) / decode step (M=1), ops only: {steps[4] / steps[1]:.2f} through the launchers, "
+          f"{fused[4] / fused[1]:.2f} fused")
 
 
 if __name__ == "__main__":

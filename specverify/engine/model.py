@@ -119,7 +119,9 @@ class Llama:
         T, Hq, Hkv, Dh = batch.num_tokens, c.n_heads, c.n_kv_heads, c.head_dim
         scale = Dh ** -0.5
         x = embedding_rows(self.tok_embeddings, batch.token_ids)                  # [T, D]
-        for i in range(self.n_layers):
+        fused = getattr(be, "llama_layers", None)                                # one call a layer, same bits
+        y = fused(x, self.layers[:self.n_layers], cache, batch, c) if fused is not None else None
+        for i in range(self.n_layers if y is None else 0):
             w = self.layers[i]
             h = be.rms_norm(x, w.attn_norm, c.norm_eps)                           # [T, D]
             qkv = be.linear(h, w.wqkv)                                            # [T, (Hq+2Hkv)*Dh]
@@ -137,7 +139,7 @@ class Llama:
             gate_up = be.linear(h, w.w_gate_up)                                   # [T, 2F]
             gate, up = gate_up[:, :c.ffn_dim], gate_up[:, c.ffn_dim:]
             x = x + be.linear(be.silu_mul(gate, up), w.w_down)                    # [T, D]
-        x = x[batch.logits_indices]                                               # [R, D]
+        x = (x if y is None else y)[batch.logits_indices]                        # [R, D]
         return be.linear(be.rms_norm(x, self.norm, c.norm_eps), self.head)        # [R, V]
 
 
