@@ -330,7 +330,7 @@ class OpenVINOEngine:
         out = np.full((n, length), PAD, np.int64)
         if n <= COUNTED_RUNS and self.method == DRAFT:
             return self._counted(pipe, ids, configs, out, int(kappa), int(length), transform.greedy)
-        if n <= COUNTED_RUNS:
+        if n <= COUNTED_RUNS and processors is None:      # lookup_trace: a stop token cuts a chunk short
             return self._looked_up(pipe, ids, configs, out, tuple(int(t) for t in prompt), int(kappa), int(length))
         for s in range(0, n, CHUNK):
             chunk = configs[s:s + CHUNK]
