@@ -221,8 +221,13 @@ class OrtGenAI:
         self.name = "ortgenai" if method == DRAFT else f"ortgenai-{method}"
         if method == NGRAM:               # its drafts are no draft model's: no exact law of them here
             self.draft_schedule = None
-            self.acceptance_skip = ("n-gram decoding reports no draft/accept counts here, and its drafts (a "
-                                    "span after an n-gram match) have no exact acceptance law yet")
+            self.acceptance_skip = ("n-gram decoding does report get_speculative_stats() (rounds, draft_tokens_proposed, "
+                                    "_evaluated, _accepted; measured, 0.18.0), and its rule is read (n_gram_lookup.h: the "
+                                    "latest earlier occurrence of the last ngram_size - 1 tokens with a continuation, "
+                                    "RecentNgramSpan(1, 1) at ngram_size 2), but how a round counts is not modelled yet "
+                                    "(speculative_decoding_strategy.cpp RunRound: a pending anchor token folded into the "
+                                    "verify batch, evaluated < proposed -- greedy from (1, 2, 3, 1, 2, 0, 1, 2), kappa 3, "
+                                    "6 tokens: 4 rounds, 8 proposed, 4 evaluated, 2 accepted), so no schedule is declared")
         self.version = og.__version__
         self.root = root
         self._models = {}
