@@ -5,7 +5,9 @@ not exposed to Python. Run it in the OpenVINO venv (`adapters.openvino`).
 
 For max_ngram_size 2 and 3, N runs each (default 300) of the tiny target (`tiny_llama.pair_folders(None, 4,
 0)`, the acceptance check's vocabulary), each from a random prompt (1-8 tokens over the 4 tokens, fixed
-seed), kappa 1-4, 4-10 new tokens, temperature 1 (seeded per run). Each run's step chunks (a streamer,
+seed), kappa 1-4, 4-10 new tokens, temperature 1 (seeded per run); and N more at max_ngram_size 3 from
+prompts (a, a), kappa 2-4, where the first lookup sees (a, a, y): at y = a OpenVINO's n is 3 // 2 = 1
+(span (a, a)), transformers' is 2 (span (a,)). Each run's step chunks (a streamer,
 one chunk per pipeline step) are read against several rules with `adapters.openvino.lookup_trace`: a run
 whose chunks a rule cannot give (a kept token that is not the rule's draft, a bonus equal to the rule's
 next draft, a chunk longer than the rule's span + 1) counts against that rule. The engine's own rule
@@ -48,11 +50,15 @@ def measure(runs: int) -> list:
     pipe, vocab = eng._pipeline(target, draft)
     rng = np.random.default_rng(SEED)
     out = []
-    for n in (2, 3):
+    for n, pairs in ((2, False), (3, False), (3, True)):
         found = {name: [0, None] for name in rules(n)}
         for i in range(runs):
-            prompt = tuple(int(t) for t in rng.integers(0, VOCAB, size=int(rng.integers(1, 9))))
-            kappa, length = int(rng.integers(1, 5)), int(rng.integers(4, 11))
+            if pairs:             # (a, a): the first lookup sees (a, a, y), where the two rules' n differ
+                prompt = (int(rng.integers(0, VOCAB)),) * 2
+                kappa, length = int(rng.integers(2, 5)), int(rng.integers(4, 11))
+            else:
+                prompt = tuple(int(t) for t in rng.integers(0, VOCAB, size=int(rng.integers(1, 9))))
+                kappa, length = int(rng.integers(1, 5)), int(rng.integers(4, 11))
             cfg = eng._config(vocab, kappa, Transform(temperature=1.0), SEED + i, length, None)
             cfg.max_ngram_size = n
             streamer = ovad.chunk_streamer(eng.genai)
@@ -62,7 +68,7 @@ def measure(runs: int) -> list:
                 if bad is not None:
                     found[name][0] += 1
                     found[name][1] = found[name][1] or {"prompt": list(prompt), "kappa": kappa, "length": length, **bad}
-        out.append((n, {k: tuple(v) for k, v in found.items()}))
+        out.append((n, pairs, {k: tuple(v) for k, v in found.items()}))
     return out
 
 
@@ -71,8 +77,9 @@ def main(argv=None) -> int:
     runs = int(args[0]) if args else 300
     results = measure(runs)
     ok = True
-    for n, found in results:
-        print(f"max_ngram_size {n}: runs ({runs}, seed {SEED}) whose step chunks each rule cannot give")
+    for n, pairs, found in results:
+        prompts = "prompts (a, a), kappa 2-4" if pairs else "random prompts"
+        print(f"max_ngram_size {n}, {prompts}: runs ({runs}, seed {SEED}) whose step chunks each rule cannot give")
         for name, (count, example) in found.items():
             print(f"  {name:40s} {count:5d}" + (f"   first: {example}" if example else ""))
         ok &= found[f"OVPromptLookupSpan({n})"][0] == 0
