@@ -178,10 +178,10 @@ class OVPromptLookupSpan(SpanDrafter):
     first occurs at 0: the span is (0, 3, 2). After (1, 1) max_ngram_size 2 >= 2 gives n = 1: (1) at 0,
     the span (1,). After (3, 1, 3) n = 2: (1, 3) does not occur before; n = 1: (3) at 0, the span (1, 3).
     With max_ngram_size <= 2 it proposes what transformers' rule does on every context (for len(seq) >= 3
-    both search n = 2 then 1, the pattern's own window is passed over by both); they differ from 3 up, after (1, 2, 1, 2) with max_ngram_size 4: n = 2
-    here, (1, 2) at 0, span (1, 2); transformers' rule tries n = 3 first, finds nothing, then n = 2: the
-    same. After (1, 1, 1) with max_ngram_size 3: n = 1 here ((1) at 0, span (1, 1)), n = 2 in
-    transformers' ((1, 1) at 0, span (1,))."""
+    both search n = 2 then 1, and both pass over the pattern's own window). From 3 up they can differ:
+    after (1, 2, 1, 2) with max_ngram_size 4, n = 2 here, (1, 2) at 0, span (1, 2); transformers' rule
+    tries n = 3 first, finds nothing, then n = 2: the same. After (1, 1, 1) with max_ngram_size 3: n = 1
+    here ((1) at 0, span (1, 1)), n = 2 in transformers' ((1, 1) at 0, span (1,))."""
 
     def __init__(self, max_ngram_size: int = 2):
         if int(max_ngram_size) < 1:
@@ -220,5 +220,5 @@ class ShiftedSpan(SpanDrafter):
         return tuple(span[1:kappa + 1])
 
 
-__all__ = ["SpanDrafter", "PromptLookupSpan", "NgramSpan", "RecentNgramSpan", "HFPromptLookupSpan", "OVPromptLookupSpan",
-           "ShiftedSpan", "is_span_drafter"]
+__all__ = ["SpanDrafter", "PromptLookupSpan", "NgramSpan", "RecentNgramSpan", "HFPromptLookupSpan",
+           "OVPromptLookupSpan", "ShiftedSpan", "is_span_drafter"]

@@ -185,7 +185,8 @@ class TransformersAssisted:
                                              top_p=transform.top_p if transform.top_p not in (None, 1.0) else None)
         proc_args = generate_kwargs(processors, len(prompt), length)
         generators = installed.load("transformers", "transformers.generation.candidate_generator")
-        generator_cls = generators.PromptLookupCandidateGenerator if self.lookup else generators.AssistedCandidateGenerator
+        generator_cls = (generators.PromptLookupCandidateGenerator if self.lookup
+                         else generators.AssistedCandidateGenerator)
         real = generator_cls.update_candidate_strategy
         traces: list = [[] for _ in range(n)]      # per run: (drafted, accepted) of each verify step
         run = [0]

@@ -279,7 +279,8 @@ class OrtGenAI:
             if self.method == NGRAM and processors is None:
                 trace = ngram_trace(self.span_drafter, prompt, seq, int(kappa), length)
                 traces.append(trace)
-                got = tuple(int(stats.get(key, -1)) for key in ("rounds", "draft_tokens_proposed", "draft_tokens_accepted"))
+                got = tuple(int(stats.get(key, -1))
+                            for key in ("rounds", "draft_tokens_proposed", "draft_tokens_accepted"))
                 want = (len(trace), sum(k for k, _ in trace), sum(m for _, m in trace))
                 if got != want:
                     mismatches += 1
