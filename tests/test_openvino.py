@@ -181,3 +181,35 @@ def test_draft_steps_are_capped_and_the_counters_skip_the_finishing_step(models)
     assert counted == [0, 0, 1, 2, 2, 2, 2, 4] and made == [0, 0, 1, 2, 2, 3, 4, 4]
     _, info = engine.generate(target, draft, PROMPT, 2, Transform(temperature=0.0), 0, 50, 8)
     assert info["counter_mismatches"]["runs"] == 0 and len(info["verify_counts"]) == 50
+
+
+def test_lookup_traces_follow_its_own_rules_law_and_fail_the_latest_match_rule(models):
+    """openvino-lookup from a prompt where the earliest and the latest match differ (kappa 3, L = 5): 1000
+    sampled runs (one request per call, traces from the streamer's chunks) have no step the declared
+    rule cannot give, pass the law of that rule (OVPromptLookupSpan(2), capped, sample-match; Pearson at
+    level 1e-3, false-alarm rate 1e-3) and fail the law of the latest-match rule (a trace of probability
+    0 there, or Pearson p < 1e-3)."""
+    from collections import Counter
+
+    from specverify.reference import acceptance as law_mod
+    from specverify.reference.span_drafters import OVPromptLookupSpan, RecentNgramSpan
+    target, draft = models
+    adapter = ovad.lookup()
+    assert isinstance(adapter.span_drafter, OVPromptLookupSpan) and adapter.verify_rule == law_mod.SAMPLE_MATCH
+    prompt, kappa, length, transform = (1, 2, 3, 1, 2, 0, 1, 2), 3, 5, Transform(temperature=0.7)
+    _, info = adapter.generate(target, draft, prompt, kappa, transform, 5, 1000, length)
+    assert info["counter_mismatches"]["runs"] == 0, info["counter_mismatches"]
+    runs = [tuple(map(tuple, t)) for t in info["verify_counts"]]
+
+    def p_value(drafter):
+        law = law_mod.run_acceptance_law(target, drafter, prompt, kappa, length, transform, law_mod.CAPPED,
+                                         law_mod.SAMPLE_MATCH)
+        if not all(t in law.index() for t in runs):
+            return 0.0
+        counts = np.zeros(len(law.traces), np.int64)
+        for t, c in Counter(runs).items():
+            counts[law.index()[t]] = c
+        return stats.pearson(counts, law.probs, alpha=ALPHA).p_value
+
+    assert p_value(adapter.span_drafter) > ALPHA
+    assert p_value(RecentNgramSpan(1, 2)) < ALPHA

@@ -18,6 +18,7 @@ from specverify.adapters.specverify_engine import SpecverifyEngine
 from specverify.audit import Context, run_audit
 from specverify.errors import AdapterError
 from specverify.reference import acceptance as acc
+from specverify.reference.span_drafters import OVPromptLookupSpan, RecentNgramSpan
 
 
 def identity_chunks(kappa: int, length: int) -> list:
@@ -87,9 +88,35 @@ def test_counter_mismatches_fail_the_acceptance_rows_and_agreement_passes():
         [(r.name, r.detail) for r in rows]
 
 
-def test_the_adapter_declares_capped_and_lookup_declares_none():
+def test_the_adapter_declares_capped_and_lookup_its_own_rule():
     assert ovad.OpenVINOEngine.draft_schedule == acc.CAPPED
     assert getattr(ovad.OpenVINOEngine, "verify_rule", acc.CHAIN) == acc.CHAIN
+    src = open(ovad.__file__).read()
+    assert "self.span_drafter = OVPromptLookupSpan(NGRAM)" in src and "self.verify_rule = SAMPLE_MATCH" in src
+
+
+def test_lookup_traces_from_step_chunks_and_chunks_the_rule_cannot_give():
+    rule = OVPromptLookupSpan(2)
+    # the docstring's worked example
+    assert ovad.lookup_trace(rule, (1,), [(2,), (1,), (2, 3), (1,), (0,)], 2, 6) == ([(2, 1)], None)
+    # all drafts kept: (1,) then span (2, 1) kept whole, bonus 0
+    assert ovad.lookup_trace(rule, (1,), [(2,), (1,), (2, 1, 0), (3,)], 2, 6)[0] == [(2, 2)]
+    # a bonus equal to the rule's next draft: that draft was not the engine's
+    trace, bad = ovad.lookup_trace(rule, (1,), [(2,), (1,), (2, 1), (3,)], 2, 5)
+    assert bad is not None and bad["step"] == 2 and bad["span"] == [2, 1]
+    # a kept token that is not the rule's draft
+    _, bad = ovad.lookup_trace(rule, (1,), [(2,), (1,), (0, 3), (3,)], 2, 5)
+    assert bad is not None and bad["chunk"] == [0, 3]
+    # two tokens from a step where the rule drafts nothing
+    _, bad = ovad.lookup_trace(rule, (1,), [(2,), (1, 3)], 2, 4)
+    assert bad is not None and bad["step"] == 1 and bad["span"] == []
+    # the latest-match rule cannot give chunks the earliest-match rule gives: after (1, 2, 3, 1, 2, 0, 1, 2)
+    # (1, 2) occurs at 0 and 3; one draft (k = min(3, 3 - 1 - 1)): 3 by OpenVINO's rule, 0 by the latest match
+    prompt, chunks = (1, 2, 3, 1, 2, 0, 1), [(2,), (3, 0)]
+    assert ovad.lookup_trace(rule, prompt, chunks, 3, 3) == ([(1, 1)], None)
+    assert ovad.lookup_trace(RecentNgramSpan(1, 2), prompt, chunks, 3, 3)[1] is not None
+    with pytest.raises(AdapterError, match="prefill step emitted 2"):
+        ovad.lookup_trace(rule, (1,), [(2, 1)], 2, 4)
 
 
 def test_the_simulated_source_rule_keeps_an_identity_draft_at_its_closed_form_rate():

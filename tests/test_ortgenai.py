@@ -17,6 +17,7 @@ from specverify.battery.base import Context
 from specverify.checks.joint import sequence_gof
 from specverify.checks.runs import SETUP, target_law
 from specverify.errors import InputError
+from specverify.reference.span_drafters import NgramSpan, RecentNgramSpan
 from specverify.reference.transforms import Transform
 
 INSTALLED = importlib.util.find_spec("onnxruntime_genai") is not None
@@ -62,8 +63,9 @@ def test_runs_have_the_target_law(pair, method):
     assert p > P_FLOOR
     if method == ortgenai.DRAFT:
         assert 0 < info["num_accepted"] < info["num_drafted"]       # a noisy draft: some rejections
-    else:
-        assert info == {}                                             # n-gram: no draft-model counts
+    else:                     # n-gram: its own rule's traces, every run's counters agreeing with them
+        assert info["counter_mismatches"]["runs"] == 0, info["counter_mismatches"]
+        assert info["num_accepted"] == sum(m for t in info["verify_counts"] for _, m in t)
 
 
 class _TemperatureDropped(ortgenai.OrtGenAI):
@@ -154,4 +156,33 @@ def test_declared_schedule_is_what_the_engine_drafts(pair):
                                   length)
         assert (info["num_drafted"], info["num_accepted"], info["num_verifies"]) == \
             (runs * sum(steps), runs * sum(steps), runs * len(steps)), length
-    assert ortgenai.OrtGenAI(ortgenai.NGRAM).draft_schedule is None
+    ngram = ortgenai.OrtGenAI(ortgenai.NGRAM)
+    assert (ngram.draft_schedule, ngram.verify_rule) == ("to-length", "sample-match")
+    assert isinstance(ngram.span_drafter, RecentNgramSpan)
+
+
+def test_ngram_trace_worked_example_and_a_standard_step():
+    """`ngram_trace` (pure): the measured greedy run (4 rounds, 8 proposed, 2 accepted) and a run whose
+    first lookup finds nothing (a standard step, no round)."""
+    rule = RecentNgramSpan(1, 1)
+    assert ortgenai.ngram_trace(rule, (1, 2, 3, 1, 2, 0, 1, 2), (3,) * 6, 3, 6) == [(3, 0), (3, 0), (1, 1), (1, 1)]
+    # (1,): nothing earlier -> standard step emits 2; (1, 2): nothing -> 2; (1, 2, 2): 2 at 1 -> span (2,),
+    # kept (the next token is 2), bonus 0; 4 tokens done
+    assert ortgenai.ngram_trace(rule, (1,), (2, 2, 2, 0), 3, 4) == [(1, 1)]
+    # the earliest-match rule drafts (3, 1, 2) from the same context: the first draft is kept
+    assert ortgenai.ngram_trace(NgramSpan(1, 1), (1, 2, 3, 1, 2, 0, 1, 2), (3,) * 6, 3, 6)[0] == (3, 1)
+
+
+@needs_engine
+def test_ngram_counters_agree_with_its_own_rule_and_not_the_earliest_match(pair):
+    """From (1, 2, 3, 1, 2, 0, 1, 2) at temperature 0.7, kappa 3, 6 tokens: 200 runs' own round counters
+    (rounds, proposed, accepted) agree with the latest-match rule's traces in every run and disagree with
+    the earliest-match rule's in most (measured: 283 of 300 in `ortgenai_ngram_stats.out`)."""
+    target, _ = pair
+    engine = ortgenai.OrtGenAI(ortgenai.NGRAM)
+    prompt = (1, 2, 3, 1, 2, 0, 1, 2)
+    _, info = engine.generate(target, None, prompt, 3, Transform(temperature=0.7), 0, 200, 6)
+    assert info["counter_mismatches"]["runs"] == 0, info["counter_mismatches"]
+    engine.span_drafter = NgramSpan(1, 1)
+    _, info = engine.generate(target, None, prompt, 3, Transform(temperature=0.7), 0, 200, 6)
+    assert info["counter_mismatches"]["runs"] > 100

@@ -20,7 +20,8 @@ from specverify import stats
 from specverify.audit import Context, run_audit
 from specverify.errors import AdapterError, InputError
 from specverify.reference import acceptance as law_mod
-from specverify.reference.span_drafters import NgramSpan, PromptLookupSpan, ShiftedSpan
+from specverify.reference.span_drafters import (HFPromptLookupSpan, NgramSpan, OVPromptLookupSpan, PromptLookupSpan,
+                                               ShiftedSpan)
 from specverify.reference.span_engine import SpanEngine
 from specverify.reference.toy import ToyModel
 from specverify.reference.transforms import Transform
@@ -64,7 +65,41 @@ def test_the_two_rules_differ_only_where_a_longer_match_is_later():
         assert llama.propose(seq, 3) == vllm2.propose(seq, 3), seq
 
 
-# ----------------------------------------------------------------------------- the law
+def test_transformers_prompt_lookup_is_llamacpps_rule_with_its_docstring_examples():
+    d = HFPromptLookupSpan(2)
+    assert d.propose((0, 1, 2, 0, 1), 3) == (2, 0, 1)
+    assert d.propose((2, 2), 3) == (2,)
+    assert d.propose((0, 1), 3) == ()
+    rng = np.random.default_rng(1)
+    for _ in range(2000):
+        seq = tuple(int(x) for x in rng.integers(0, 3, size=int(rng.integers(1, 10))))
+        n, kappa = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        assert d.__class__(n).propose(seq, kappa) == PromptLookupSpan(n).propose(seq, kappa), seq
+
+
+def test_openvino_prompt_lookup_halves_n_on_short_contexts_and_takes_the_earliest_match():
+    d = OVPromptLookupSpan(2)
+    assert d.propose(EXAMPLE, 3) == (0, 3, 2)            # the docstring's examples
+    assert d.propose((1, 1), 3) == (1,)
+    assert d.propose((3, 1, 3), 3) == (1, 3)
+    assert OVPromptLookupSpan(4).propose((1, 2, 1, 2), 3) == (1, 2)
+    assert OVPromptLookupSpan(3).propose((1, 1, 1), 3) == (1, 1)       # n = 3 // 2 = 1 here ...
+    assert HFPromptLookupSpan(3).propose((1, 1, 1), 3) == (1,)         # ... n = 2 in transformers' rule
+    assert d.propose((4,), 3) == ()                      # 2 >= 1: n = 0, nothing to search
+    assert d.propose(EXAMPLE, 0) == ()                   # kappa 0 (one token left): no drafts
+    with pytest.raises(InputError, match="max_ngram_size"):
+        OVPromptLookupSpan(0)
+    # at max_ngram_size <= 2 the two rules agree on every context; at 3 they do not
+    rng = np.random.default_rng(2)
+    differ = 0
+    for _ in range(2000):
+        seq = tuple(int(x) for x in rng.integers(0, 3, size=int(rng.integers(1, 10))))
+        for n in (1, 2):
+            assert OVPromptLookupSpan(n).propose(seq, 3) == HFPromptLookupSpan(n).propose(seq, 3), (seq, n)
+        differ += OVPromptLookupSpan(3).propose(seq, 3) != HFPromptLookupSpan(3).propose(seq, 3)
+    assert differ > 20
+
+
 
 def target():
     return ToyModel(4, 5, scale=0.7, zero_frac=0.2)
@@ -83,13 +118,15 @@ def mc_counts(engine, law, seed: int, transform):
 
 
 @pytest.mark.parametrize("drafter, schedule", [(PromptLookupSpan(2), law_mod.PREFILL_TO_LENGTH),
+                                               (HFPromptLookupSpan(2), law_mod.TOKENS_LEFT),
+                                               (OVPromptLookupSpan(2), law_mod.CAPPED),
                                                (NgramSpan(1, 3), law_mod.PREFILL_FIXED),
                                                (NgramSpan(1, 3), law_mod.FIXED)])
 def test_the_exact_law_matches_the_reference_engine_and_an_off_by_one_drafter_fails(drafter, schedule):
     transform = Transform(temperature=0.7)
     law = law_mod.run_acceptance_law(target(), drafter, PROMPT, KAPPA, LENGTH, transform, schedule)
     assert law.probs.sum() == pytest.approx(1.0, abs=1e-12)
-    assert len(law.traces) > 20 and 1.0 < law.E < 1.0 + KAPPA
+    assert len(law.traces) > 10 and 1.0 < law.E < 1.0 + KAPPA
     # steps of k = 0 (nothing matched) are plain: never in a trace; a span shorter than kappa is
     assert all(k >= 1 for t in law.traces for k, _ in t)
     assert any(k < KAPPA for t in law.traces for k, _ in t)

@@ -30,8 +30,19 @@ conditioned on a prefix that did not happen and the joint law shows it.
 
 `transformers-lookup` is the same with prompt-lookup decoding (`prompt_lookup_num_tokens=kappa`, n-gram
 drafts from the sequence itself; the battery's draft model is not used): transformers then samples
-from p at every position and keeps drafts while they equal the samples -- its law is checked the same
-way (no draft/accept counts: `_speculative_sampling` is not called).
+from p at every position and keeps drafts while they equal the samples (`_assisted_decoding`, the
+branch where candidate_logits is None: `verify_rule = "sample-match"`); its output law is checked the
+same way. Its drafts are `PromptLookupCandidateGenerator.get_candidates`' span
+(`span_drafter = reference.span_drafters.HFPromptLookupSpan(2)`, max_matching_ngram_size unset = 2), not
+capped by the tokens left: a step verifies the whole span, then cuts the kept tokens to the budget
+(`tokens_budget` in `_assisted_decoding`) and passes num_matches = kept - 1 to
+`update_candidate_strategy`. The accepted count of a step with T tokens left is therefore
+min(accepted, T - 1), which is the law of the span cut to T - 1 drafts (the drafts after it decide
+nothing that is kept), and with one token left it drafts nothing (max_length == input length + 1): the
+`tokens-left` schedule. Per-step counts come from the same `update_candidate_strategy` calls as the
+assisted adapter's, each step's drafted reported as min(span, T - 1) (the drafts whose verdict counts).
+No counts with processors (`generate(processors=...)`): its rule then also cuts spans at masked tokens,
+which the declared rule does not model.
 
 Logits processors (`processors`, `reference.processors`), each mapped to transformers' own generate
 argument; transformers applies them to every target row with `candidate_input_ids[:, :cur_len + i]`
@@ -71,7 +82,9 @@ from __future__ import annotations
 import numpy as np
 
 from specverify import installed
+from specverify.reference.acceptance import SAMPLE_MATCH
 from specverify.reference.batch import PAD
+from specverify.reference.span_drafters import HFPromptLookupSpan
 from specverify.reference.torch_toy import as_torch
 
 
@@ -124,6 +137,9 @@ def toy_lm(toy, dtype=None):
     return model
 
 
+LOOKUP_NGRAM = 2        # transformers' max_matching_ngram_size when unset (`_get_candidate_generator`)
+
+
 class TransformersAssisted:
     name = "transformers-assisted"
     capabilities = {"engine"}
@@ -140,6 +156,8 @@ class TransformersAssisted:
         self.lookup = lookup
         if lookup:
             self.name = "transformers-lookup"
+            self.span_drafter = HFPromptLookupSpan(LOOKUP_NGRAM)      # module docstring
+            self.verify_rule = SAMPLE_MATCH
         self.utils = installed.load("transformers", "transformers.generation.utils")
         import torch
         self.torch = torch
@@ -166,7 +184,9 @@ class TransformersAssisted:
         sample_args = {} if greedy else dict(temperature=transform.temperature, top_k=transform.top_k or None,
                                              top_p=transform.top_p if transform.top_p not in (None, 1.0) else None)
         proc_args = generate_kwargs(processors, len(prompt), length)
-        generator_cls = installed.load("transformers", "transformers.generation.candidate_generator").AssistedCandidateGenerator
+        generators = installed.load("transformers", "transformers.generation.candidate_generator")
+        generator_cls = (generators.PromptLookupCandidateGenerator if self.lookup
+                         else generators.AssistedCandidateGenerator)
         real = generator_cls.update_candidate_strategy
         traces: list = [[] for _ in range(n)]      # per run: (drafted, accepted) of each verify step
         run = [0]
@@ -174,12 +194,15 @@ class TransformersAssisted:
         def observed(self, input_ids, scores, num_matches):
             drafted = int(scores.shape[1]) - 1    # scores: the target's rows, one per draft + the bonus
             if drafted:
-                traces[run[0]].append((drafted, int(num_matches)))
+                # tokens left before the step: input_ids holds the kept tokens already (num_matches + 1)
+                left = length - (int(input_ids.shape[1]) - len(prompt) - int(num_matches) - 1)
+                traces[run[0]].append((min(drafted, left - 1), int(num_matches)))
             return real(self, input_ids, scores, num_matches)
 
         ids = torch.tensor([list(prompt)], dtype=torch.long)
         out = np.empty((n, length), np.int64)
-        if not self.lookup:
+        counting = not (self.lookup and processors is not None)
+        if counting:
             generator_cls.update_candidate_strategy = observed
         try:
             for i in range(n):
@@ -192,7 +215,7 @@ class TransformersAssisted:
                 out[i, :len(row)] = row       # (tokens after a stop token, if any, are kept: the checks see them)
         finally:
             generator_cls.update_candidate_strategy = real
-        if self.lookup:       # n-gram drafts by transformers' own lookup rules: no exact law of them here, no counts
+        if not counting:      # module docstring: the declared rule does not model processors' cuts
             return out, {}
         info = {"num_drafted": sum(k for t in traces for k, _ in t), "num_accepted": sum(m for t in traces for _, m in t),
                 "num_verifies": sum(len(t) for t in traces), "verify_counts": traces}

@@ -113,8 +113,9 @@ from specverify.errors import AdapterError, InputError
 from specverify.models import cache, smollm2
 from specverify.models import tiny as tiny_llama
 from specverify.models.prompts import chat_prompts
-from specverify.reference.acceptance import CAPPED, drafts_at
+from specverify.reference.acceptance import CAPPED, SAMPLE_MATCH, drafts_at
 from specverify.reference.batch import PAD
+from specverify.reference.span_drafters import OVPromptLookupSpan
 
 from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult, check_request
 
@@ -272,10 +273,9 @@ class OpenVINOEngine:
         self.ov, self.genai = _load()
         self.method = method
         self.name = "openvino" if method == DRAFT else "openvino-lookup"
-        if method == LOOKUP:              # its drafts are no draft model's, and it counts nothing
-            self.draft_schedule = None
-            self.acceptance_skip = ("OpenVINO GenAI prompt lookup reports no draft metrics at all, and its drafts (a "
-                                    "span after an n-gram match) have no exact acceptance law yet")
+        if method == LOOKUP:              # its drafts are its own rule's spans, verified by sample-match
+            self.span_drafter = OVPromptLookupSpan(NGRAM)
+            self.verify_rule = SAMPLE_MATCH
         self.version = version()
         self._irs: dict = {}
         self._pipes: dict = {}
@@ -328,9 +328,10 @@ class OpenVINOEngine:
         ids = self.ov.Tensor(np.array([list(prompt)], np.int64))
         configs = [self._config(vocab, kappa, transform, int(seed) + i, length, processors) for i in range(n)]
         out = np.full((n, length), PAD, np.int64)
-        counted = self.method == DRAFT and n <= COUNTED_RUNS
-        if counted:
+        if n <= COUNTED_RUNS and self.method == DRAFT:
             return self._counted(pipe, ids, configs, out, int(kappa), int(length), transform.greedy)
+        if n <= COUNTED_RUNS and processors is None:      # lookup_trace: a stop token cuts a chunk short
+            return self._looked_up(pipe, ids, configs, out, tuple(int(t) for t in prompt), int(kappa), int(length))
         for s in range(0, n, CHUNK):
             chunk = configs[s:s + CHUNK]
             for j, res in enumerate(pipe.generate([ids] * len(chunk), chunk)):
@@ -364,6 +365,62 @@ class OpenVINOEngine:
                      "verify_counts": traces, "counter_mismatches": {"runs": mismatches, "example": example}}
 
 
+    def _looked_up(self, pipe, ids, configs, out, prompt: tuple, kappa: int, length: int):
+        """Prompt lookup, one request per call: each run's trace from its step chunks and the declared rule
+        (`lookup_trace`), and the runs whose chunks the rule cannot give (module docstring, "lookup")."""
+        traces, mismatches, example = [], 0, None
+        for i, cfg in enumerate(configs):
+            streamer = chunk_streamer(self.genai)
+            res = pipe.generate([ids], [cfg], streamer)[0]
+            out[i] = _row(res, length)
+            trace, bad = lookup_trace(self.span_drafter, prompt, streamer.chunks, kappa, length)
+            traces.append(trace)
+            if bad is not None:
+                mismatches += 1
+                if example is None:
+                    example = {"run": i, "step_tokens": [list(c) for c in streamer.chunks], **bad}
+        return out, {"num_accepted": sum(m for t in traces for _, m in t),
+                     "num_drafted": sum(k for t in traces for k, _ in t),
+                     "num_verifies": sum(len(t) for t in traces), "verify_counts": traces,
+                     "counter_mismatches": {"runs": mismatches, "example": example,
+                                            "what": "the step chunks (streamer) disagree with the declared "
+                                                    "prompt-lookup rule's spans"}}
+
+
+def lookup_trace(drafter, prompt: tuple, chunks, kappa: int, length: int) -> tuple:
+    """(trace, mismatch or None) of one prompt-lookup run from its step chunks (the streamer's token lists,
+    the prefill's first) under `capped` and `drafter`'s rule: a step after e tokens drafts the rule's span
+    of prompt + the e tokens, cut to min(kappa, length - e - 1) (none: a plain step, 1 token). Its drafts
+    are verified by sample-match: the step keeps the drafts while they equal the target's samples, then
+    emits one sample, so a step's chunk is the span's longest common prefix with the chunk, m, plus one
+    token (the bonus, never span[m] when m < k). A chunk that is not that -- more tokens than k + 1, a
+    kept token that is not the span's, or a bonus equal to the next draft -- is a step the rule did not
+    draft; the first such step is returned as the mismatch (the trace then counts m = chunk - 1 capped at k).
+
+    Worked example (OVPromptLookupSpan(2), prompt (1,), kappa 2, length 6): chunks (2,), (1,), (2, 3), (1,),
+    (0,): the prefill emits 2; after (1, 2) nothing matches (a plain step, 1 token); after (1, 2, 1)
+    k = min(2, 3) = 2 and (1) first occurs at 0: the span is (2, 1), the chunk keeps 2 then emits 3, not
+    1: (2, 1); after (1, 2, 1, 2, 3) nothing matches; after 5 tokens one is left: k = 0. Trace [(2, 1)]."""
+    emitted, trace, bad = [], [], None
+    for step, chunk in enumerate(chunks):
+        chunk = [int(t) for t in chunk]
+        if step == 0 and len(chunk) != 1:
+            raise AdapterError(f"openvino: the prefill step emitted {len(chunk)} tokens, not 1 (chunks {chunks})")
+        k = drafts_at(CAPPED, kappa, len(emitted), length)
+        span = tuple(drafter.propose(prompt + tuple(emitted), k))[:k] if k > 0 else ()
+        m = len(chunk) - 1
+        agree = 0
+        while agree < min(len(span), len(chunk)) and chunk[agree] == span[agree]:
+            agree += 1
+        expected_m = min(agree, len(span))
+        if (m != expected_m or len(chunk) > len(span) + 1) and bad is None:
+            bad = {"step": step, "context": list(prompt) + emitted, "span": list(span), "chunk": chunk}
+        if span:
+            trace.append((len(span), min(m, len(span))))
+        emitted += chunk
+    return trace, bad
+
+
 def _row(res, length: int) -> list:
     row = [int(t) for t in res.m_generation_ids[0]]
     if len(row) > length:
@@ -372,15 +429,17 @@ def _row(res, length: int) -> list:
 
 
 def chunk_streamer(genai):
-    """A `StreamerBase` that keeps the size of each chunk generate() hands it (one chunk per pipeline step
-    of a single request): `.sizes`."""
+    """A `StreamerBase` that keeps each chunk generate() hands it (one chunk per pipeline step of a single
+    request): its size in `.sizes`, its token ids in `.chunks`."""
     class ChunkSizes(genai.StreamerBase):
         def __init__(self):
             super().__init__()
-            self.sizes = []
+            self.sizes, self.chunks = [], []
 
         def write(self, token):
-            self.sizes.append(1 if isinstance(token, int) else len(token))
+            chunk = [int(token)] if isinstance(token, int) else [int(t) for t in token]
+            self.sizes.append(len(chunk))
+            self.chunks.append(chunk)
             return genai.StreamingStatus.RUNNING
 
         def end(self):

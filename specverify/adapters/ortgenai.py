@@ -24,8 +24,19 @@ How the battery's inputs map to the engine's API:
                      the last token is looked up in the committed history), `max_draft_tokens = kappa`;
                      the battery's draft model is not used. Its verifier samples the target at every
                      position and keeps the drafts while they equal the samples (`VerifyDeterministicProposal`):
-                     exact in law by construction, so the rows test it as a sampler. It reports no
-                     draft/accept counts (they say nothing about a draft model: the identity rows skip).
+                     exact in law by construction, so the rows test it as a sampler. Its counts say
+                     nothing about a draft model: the identity rows skip.
+    n-gram acceptance  the rule (src/n_gram_lookup.h `NGramLookup::Propose`, onnxruntime-genai master of
+                     2026-08-22 as stored): the latest earlier occurrence of the last ngram_size - 1 tokens
+                     that has a continuation (a key is registered once the token after it is appended,
+                     later ones overwrite), the up to K tokens after it -- `span_drafter =
+                     RecentNgramSpan(1, 1)` at NGRAM_SIZE 2; an empty proposal is a standard decoding step,
+                     not a round (RunRound). Schedule `to-length` (K = min(K, max_length - seed_length)),
+                     `verify_rule = "sample-match"`. Tokens come out one per generate_next_token(), so no
+                     per-round chunks are visible; each run's trace is built from its tokens and the rule
+                     (`ngram_trace`: a round keeps the span's common prefix with the next tokens) and
+                     checked against the run's own get_speculative_stats() rounds, draft_tokens_proposed and
+                     draft_tokens_accepted ("counter_mismatches": a failing counters row when any differ).
     transform        temperature 0 -> do_sample=False (greedy); else do_sample=True, temperature=T,
                      top_k = Transform.top_k (0 = off), top_p = Transform.top_p (1.0 = off). The engine
                      applies them to draft and target rows alike (`ComputeSampledCategorical`).
@@ -87,7 +98,9 @@ from specverify.errors import AdapterError, InputError
 from specverify.models import cache, smollm2
 from specverify.models import tiny as tiny_llama
 from specverify.models.prompts import chat_prompts
+from specverify.reference.acceptance import SAMPLE_MATCH
 from specverify.reference.batch import PAD
+from specverify.reference.span_drafters import RecentNgramSpan
 
 from .bitwise_level import BATCH, NO_SPEC, BitwiseInfo, GreedyResult, check_request
 
@@ -219,10 +232,9 @@ class OrtGenAI:
         og = _og()
         self.method = method
         self.name = "ortgenai" if method == DRAFT else f"ortgenai-{method}"
-        if method == NGRAM:               # its drafts are no draft model's: no exact law of them here
-            self.draft_schedule = None
-            self.acceptance_skip = ("n-gram decoding reports no draft/accept counts here, and its drafts (a "
-                                    "span after an n-gram match) have no exact acceptance law yet")
+        if method == NGRAM:               # its own rule's spans, kept while they equal the target's samples
+            self.span_drafter = RecentNgramSpan(NGRAM_SIZE - 1, NGRAM_SIZE - 1)
+            self.verify_rule = SAMPLE_MATCH
         self.version = og.__version__
         self.root = root
         self._models = {}
@@ -254,6 +266,7 @@ class OrtGenAI:
             spec["ngram_size"] = NGRAM_SIZE
         out = np.full((n, length), PAD, dtype=np.int64)
         drafted = accepted = verifies = 0
+        traces, mismatches, example = [], 0, None
         for i in range(n):
             opts = search_options(len(prompt), length, transform, int(seed) + i, processors)
             seq, stats = run_one(model, prompt, opts, spec)
@@ -263,9 +276,55 @@ class OrtGenAI:
             drafted += int(stats.get("draft_tokens_proposed", 0))
             accepted += int(stats.get("draft_tokens_accepted", 0))
             verifies += int(stats.get("rounds", 0))
-        if self.method == NGRAM:          # the n-gram proposer never uses the battery's draft model: its
-            return out, {}                # counts say nothing about q = p (the identity rows are skipped)
+            if self.method == NGRAM and processors is None:
+                trace = ngram_trace(self.span_drafter, prompt, seq, int(kappa), length)
+                traces.append(trace)
+                got = tuple(int(stats.get(key, -1))
+                            for key in ("rounds", "draft_tokens_proposed", "draft_tokens_accepted"))
+                want = (len(trace), sum(k for k, _ in trace), sum(m for _, m in trace))
+                if got != want:
+                    mismatches += 1
+                    if example is None:
+                        example = {"run": i, "tokens": [int(t) for t in seq], "trace": [list(t) for t in trace],
+                                   "counters": list(got), "expected": list(want)}
+        if self.method == NGRAM:          # the n-gram proposer never uses the battery's draft model (the
+            if processors is not None:    # identity rows skip); traces only without processors
+                return out, {}
+            return out, {"num_drafted": drafted, "num_accepted": accepted, "num_verifies": verifies,
+                         "verify_counts": traces, "counter_mismatches": {
+                             "runs": mismatches, "example": example,
+                             "what": "the engine's own round counters (rounds, draft_tokens_proposed, "
+                                     "draft_tokens_accepted) disagree with the trace its n-gram rule gives"}}
         return out, {"num_drafted": drafted, "num_accepted": accepted, "num_verifies": verifies}
+
+
+def ngram_trace(drafter, prompt, tokens, kappa: int, length: int) -> list:
+    """A run's (drafted, accepted) per round under n-gram decoding (module docstring, "n-gram acceptance"):
+    a round after e tokens proposes `drafter`'s span of prompt + the e tokens cut to min(kappa, length - e)
+    (RunRound: K = min(K, max_length - seed_length)); an empty span is a standard step (1 token, no round).
+    Drafts are kept while they equal the target's samples, so the round keeps m = the span's common
+    prefix with the run's next tokens, then emits one more (a correction, or the bonus, which is
+    discarded past the length).
+
+    Worked example (RecentNgramSpan(1, 1), prompt (1, 2, 3, 1, 2, 0, 1, 2), kappa 3, greedy tokens
+    (3, 3, 3, 3, 3, 3), length 6 -- measured: 4 rounds, 8 proposed, 2 accepted): the last 2 occurs latest at
+    4: span (0, 1, 2), 3 is not 0: (3, 0); the last 3 at 2: (1, 2, 0): (3, 0); after (.., 3, 3) the
+    latest 3 with a continuation is at 8: span (3,), kept, bonus 3: (1, 1); again (1, 1).
+    [(3, 0), (3, 0), (1, 1), (1, 1)]."""
+    prompt, tokens = tuple(int(t) for t in prompt), [int(t) for t in tokens]
+    emitted, trace = 0, []
+    while emitted < length:
+        k = min(int(kappa), length - emitted)
+        span = tuple(drafter.propose(prompt + tuple(tokens[:emitted]), k))[:k]
+        if not span:
+            emitted += 1
+            continue
+        m = 0
+        while m < len(span) and emitted + m < len(tokens) and tokens[emitted + m] == span[m]:
+            m += 1
+        trace.append((len(span), m))
+        emitted += m + 1
+    return trace
 
 
 def make():

@@ -209,10 +209,12 @@ def counters_row(name: str, info: dict, n: int, schedule: str, seconds: float) -
     bad = info.get(MISMATCH_KEY)
     if not bad or not int(bad.get("runs", 0)):
         return None
+    what = bad.get("what") or (f"the engine's own draft counters disagree with the trace its declared schedule "
+                               f"{schedule!r} gives")
     return CheckResult(name, FAIL, n=n, exact=True, seconds=seconds,
-                       detail=f"in {int(bad['runs'])} of {n} runs the engine's own draft counters disagree with the "
-                              f"trace its declared schedule {schedule!r} gives (first: {bad.get('example')}): those "
-                              f"runs did not draft as declared", data={"counter_mismatches": bad})
+                       detail=f"in {int(bad['runs'])} of {n} runs {what} (first: {bad.get('example')}): those runs "
+                              f"did not draft as declared",
+                       data={"counter_mismatches": bad})
 
 
 def ci_of(traces, level: float) -> list:

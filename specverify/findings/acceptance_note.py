@@ -32,9 +32,10 @@ def render(audit: dict, note: str = "") -> str:
         a = (c.get("data") or {}).get("acceptance") or {}
         if a:
             ci = a.get("E_observed_ci")
-            obs = f"{a['E_observed']:.4f}" + (f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "")
-            lo, hi = a["E_range"]
-            exact = f"{a['E_exact']:.4f} [{lo:.4f}, {hi:.4f}]"
+            obs = ("-" if a.get("E_observed") is None        # a row with no verify step (a greedy SKIP)
+                   else f"{a['E_observed']:.4f}" + (f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci else ""))
+            lo, hi = a.get("E_range") or (None, None)
+            exact = "-" if a.get("E_exact") is None or lo is None else f"{a['E_exact']:.4f} [{lo:.4f}, {hi:.4f}]"
         else:
             obs = exact = "-"
         p = "-" if c.get("p_value") is None else f"{c['p_value']:.3g}"

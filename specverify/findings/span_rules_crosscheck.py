@@ -1,4 +1,4 @@
-"""`python -m specverify.findings.span_rules_crosscheck {llamacpp|vllm} [N]`: the reference's span drafters
+"""`python -m specverify.findings.span_rules_crosscheck {llamacpp|vllm|transformers} [N]`: the reference's span drafters
 (`reference.span_drafters`) against the engine's own proposer function on N random contexts (default
 20 000; vocabularies of 2-4 tokens so that matches are frequent, 1-14 tokens, kappa 1-4, fixed seed).
 Run it in the engine's venv. Prints the number of contexts on which they differ (must be 0) and the first
@@ -9,6 +9,13 @@ few differences.
     vllm      `_find_longest_matched_ngram_and_propose_tokens(ids, min_n, max_n, max_model_len, kappa)`
               (vllm/v1/spec_decode/ngram_proposer.py, numba) vs `NgramSpan(min_n, max_n, max_model_len)`,
               1 <= min_n <= max_n <= 4, max_model_len 8-20
+    transformers  `PromptLookupCandidateGenerator(num_output_tokens=kappa, max_matching_ngram_size=n,
+              max_length=len(ids) + d).get_candidates(ids)` (transformers/generation/candidate_generator.py,
+              no EOS, no logits processors) vs `HFPromptLookupSpan(n)` (kappa tokens, not cut by the tokens left,
+              d - 1; nothing at all when d = 1, one token left), n 1-3, d 1-4
+
+OpenVINO GenAI's rule (`OVPromptLookupSpan`) is C++ that its Python API does not expose: it is checked per
+step on the engine's own runs instead (`adapters.openvino.lookup_trace`, `openvino_lookup_crosscheck`).
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ import sys
 
 import numpy as np
 
-from specverify.reference.span_drafters import NgramSpan, PromptLookupSpan
+from specverify.reference.span_drafters import HFPromptLookupSpan, NgramSpan, PromptLookupSpan
 
 SEED = 29
 SHOWN = 5
@@ -58,13 +65,32 @@ def vllm(n: int) -> list:
     return diffs
 
 
+def transformers(n: int) -> list:
+    import torch
+    from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+
+    diffs = []
+    for ids, kappa, max_n, d, _ in contexts(n):
+        gen = PromptLookupCandidateGenerator(num_output_tokens=kappa, max_matching_ngram_size=max_n,
+                                             max_length=len(ids) + d)
+        candidates, _ = gen.get_candidates(torch.tensor(ids[None, :].astype(np.int64)))
+        theirs = tuple(int(x) for x in candidates[0, len(ids):])
+        ours = HFPromptLookupSpan(max_n).propose(ids.tolist(), kappa) if d > 1 else ()
+        if theirs != ours:
+            diffs.append((ids.tolist(), kappa, (max_n, d), theirs, ours))
+    return diffs
+
+
+RULES = {"llamacpp": llamacpp, "vllm": vllm, "transformers": transformers}
+
+
 def main(argv=None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] not in ("llamacpp", "vllm"):
-        print("usage: python -m specverify.findings.span_rules_crosscheck {llamacpp|vllm} [N]", file=sys.stderr)
+    if not args or args[0] not in RULES:
+        print(f"usage: python -m specverify.findings.span_rules_crosscheck {{{'|'.join(RULES)}}} [N]", file=sys.stderr)
         return 2
     n = int(args[1]) if len(args) > 1 else 20_000
-    diffs = llamacpp(n) if args[0] == "llamacpp" else vllm(n)
+    diffs = RULES[args[0]](n)
     print(f"{args[0]}: the reference rule and the engine's own function differ on {len(diffs)} of {n} random "
           f"contexts (seed {SEED})")
     for ids, kappa, settings, theirs, ours in diffs[:SHOWN]:
