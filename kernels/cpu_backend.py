@@ -28,6 +28,9 @@ Using it efficiently (what the engine should know):
   * `llama_layers(x, layers, cache, batch, config)` runs a Llama's decoder layers on the q8 path
     one numba call a layer (`cpu_layer_q8`: the same kernels and bits as the nine launches a
     layer of the generic forward, without their Python); None where it does not apply (see there).
+    On a parallel backend the fused layer splits its four linears' panels over the threads at
+    every M (issue 30: at M = 1..4 those launches are below PARALLEL_MIN_WORK one by one, but
+    inside the compiled call a fork-join costs microseconds, not the Python launch's overhead).
   * A (kappa+1)-row verify step reads each weight once, like a decode step (the micro-kernel
     handles ROW_BLOCK = 4 rows per pass over a cached panel), so it costs far less than kappa+1
     decode steps.
@@ -185,8 +188,9 @@ class InvariantBackend:
         """The decoder layers of `specverify.engine.model.Llama` on x [T, D] in one compiled call a
         layer (`cpu_layer_q8.layer_q4_1`: the same kernels, the same bits as the generic forward's
         launches), or None where that does not apply -- the fp32-activation variant, a matrix that
-        is not Q4_1, a non-fp32 norm / activation / cache, or a launch this backend would split over
-        threads -- and the caller runs its generic loop."""
+        is not Q4_1, a non-fp32 norm / activation / cache, or an attention launch this backend would
+        split over threads (prefill) -- and the caller runs its generic loop. A parallel backend
+        splits each linear's output panels over numba's threads inside the call (the same bits)."""
         import torch
         if self.activations != "q8" or x.dtype != torch.float32 or cache.k.dtype != torch.float32:
             return None
@@ -195,8 +199,8 @@ class InvariantBackend:
         ctx = batch.context_lens.numpy().astype(np.int64)
         if T == 0 or Dh > cpu_attention.MAX_HEAD_DIM or Dh % 2:
             return None
-        if self.parallel and max(T * 2 * F * config.dim, T * Hq * Dh * int(ctx.max())) >= PARALLEL_MIN_WORK:
-            return None                                    # the generic path splits these over threads
+        if self.parallel and T * Hq * Dh * int(ctx.max()) >= PARALLEL_MIN_WORK:
+            return None                                    # the generic path splits attention over threads
         mats = []
         for w in layers:
             ws = (w.wqkv, w.wo, w.w_gate_up, w.w_down)
@@ -220,7 +224,8 @@ class InvariantBackend:
         for i, (w, m) in enumerate(zip(layers, mats)):
             h = cpu_layer_q8.layer_q4_1(
                 h, _f32(w.attn_norm), _f32(w.ffn_norm), eps, *m[0], *m[1], *m[2], *m[3],
-                k_all[i], v_all[i], slots, positions, freq, tables, first_tok, n_tok, ctx, scale, Hq, Hkv, F)
+                k_all[i], v_all[i], slots, positions, freq, tables, first_tok, n_tok, ctx, scale, Hq, Hkv, F,
+                self.parallel)
         return torch.from_numpy(h)
 
     # ------------------------------------------------------------------ attention
@@ -245,7 +250,8 @@ def _version(t):
 PARALLEL_MIN_WORK = 1 << 23
 """Multiply-adds (M N K for a linear, T Hq Dh max-context for attention) below which a launch of a
 parallel backend runs on the calling thread: with SmolLM2 at M = 1..4 only the head (49152 x 576)
-splits; prefill launches all do."""
+splits; prefill launches all do. The fused q8 layer (`llama_layers`) applies it to attention only:
+its linears split at every M."""
 
 
 def _split(parallel: bool, work: int) -> bool:
