@@ -1,6 +1,7 @@
 """Issue 30, the 2-thread fused layer: in one process, SmolLM2 plain decode on `invariant-q8` at
 1 thread (serial layer), 2 threads with the layer unsplit (only the head splits: the old
-behaviour) and 2 threads split (each linear's panels over numba's threads), interleaved, AB_REPS
+behaviour), 2 threads split from LAYER_SPLIT_MIN_WORK (the default) and 2 threads with every
+linear split (each linear's panels over numba's threads), interleaved, AB_REPS
 repeats of AB_TOKENS tokens; prints the tok/s (median and each) and the split/unsplit ratio, and
 fails if any run's tokens or logits rows differ in a bit from the first run's.
 
@@ -14,7 +15,7 @@ import numpy as np
 import torch
 
 from specverify.kernels import cpu_layer_q8
-from specverify.kernels.cpu_backend import InvariantBackend
+from specverify.kernels.cpu_backend import LAYER_SPLIT_MIN_WORK, InvariantBackend
 from specverify.engine.api import RunOptions, SpecOptions, generate
 from specverify.engine.engine import SamplingParams
 from specverify.engine.loader import load_smollm2
@@ -47,12 +48,15 @@ def run(threads, split):
     return N / (time.perf_counter() - t), res.tokens, rows
 
 
-run(1, False); run(2, True)   # warm / compile
-out = {k: [] for k in ("1t", "2t-nosplit", "2t-split")}
+run(1, cpu_layer_q8.NO_SPLIT)
+run(2, 0)                                          # warm / compile
+MODES = (("1t", 1, cpu_layer_q8.NO_SPLIT), ("2t-nosplit", 2, cpu_layer_q8.NO_SPLIT),
+         ("2t-split", 2, LAYER_SPLIT_MIN_WORK), ("2t-splitall", 2, 0))
+out = {k: [] for k, _, _ in MODES}
 ref = None
 print("load before", os.getloadavg())
 for rep in range(int(os.environ.get("AB_REPS", "3"))):
-    for key, th, sp in (("1t", 1, False), ("2t-nosplit", 2, False), ("2t-split", 2, True)):
+    for key, th, sp in MODES:
         r, toks, rows = run(th, sp)
         out[key].append(r)
         if ref is None:
@@ -64,5 +68,6 @@ for rep in range(int(os.environ.get("AB_REPS", "3"))):
 print("load after", os.getloadavg())
 for k, v in out.items():
     print(k, "tok/s median %.1f" % np.median(v), ["%.1f" % x for x in v])
-print("split/nosplit at 2 threads: %.2f" % (np.median(out["2t-split"]) / np.median(out["2t-nosplit"])))
-print("all logits rows bit-equal across 1t / 2t-nosplit / 2t-split:", len(ref[1]), "rows")
+for key in ("2t-split", "2t-splitall"):
+    print(f"{key}/2t-nosplit: %.2f" % (np.median(out[key]) / np.median(out["2t-nosplit"])))
+print("logits rows bit-equal across all runs:", len(ref[1]), "rows each")
