@@ -28,6 +28,9 @@ Using it efficiently (what the engine should know):
   * `llama_layers(x, layers, cache, batch, config)` runs a Llama's decoder layers on the q8 path
     one numba call a layer (`cpu_layer_q8`: the same kernels and bits as the nine launches a
     layer of the generic forward, without their Python); None where it does not apply (see there).
+    On a parallel backend the fused layer splits the panels of its linears of at least
+    LAYER_SPLIT_MIN_WORK multiply-adds over the threads (issue 30: at M = 1..4 every launch is
+    below PARALLEL_MIN_WORK, but inside the compiled call a fork-join costs microseconds).
   * A (kappa+1)-row verify step reads each weight once, like a decode step (the micro-kernel
     handles ROW_BLOCK = 4 rows per pass over a cached panel), so it costs far less than kappa+1
     decode steps.
@@ -185,8 +188,10 @@ class InvariantBackend:
         """The decoder layers of `specverify.engine.model.Llama` on x [T, D] in one compiled call a
         layer (`cpu_layer_q8.layer_q4_1`: the same kernels, the same bits as the generic forward's
         launches), or None where that does not apply -- the fp32-activation variant, a matrix that
-        is not Q4_1, a non-fp32 norm / activation / cache, or a launch this backend would split over
-        threads -- and the caller runs its generic loop."""
+        is not Q4_1, a non-fp32 norm / activation / cache, or an attention launch this backend would
+        split over threads (prefill) -- and the caller runs its generic loop. A parallel backend
+        splits the output panels of each linear of at least LAYER_SPLIT_MIN_WORK multiply-adds over
+        numba's threads inside the call (the same bits)."""
         import torch
         if self.activations != "q8" or x.dtype != torch.float32 or cache.k.dtype != torch.float32:
             return None
@@ -195,8 +200,8 @@ class InvariantBackend:
         ctx = batch.context_lens.numpy().astype(np.int64)
         if T == 0 or Dh > cpu_attention.MAX_HEAD_DIM or Dh % 2:
             return None
-        if self.parallel and max(T * 2 * F * config.dim, T * Hq * Dh * int(ctx.max())) >= PARALLEL_MIN_WORK:
-            return None                                    # the generic path splits these over threads
+        if self.parallel and T * Hq * Dh * int(ctx.max()) >= PARALLEL_MIN_WORK:
+            return None                                    # the generic path splits attention over threads
         mats = []
         for w in layers:
             ws = (w.wqkv, w.wo, w.w_gate_up, w.w_down)
@@ -220,7 +225,8 @@ class InvariantBackend:
         for i, (w, m) in enumerate(zip(layers, mats)):
             h = cpu_layer_q8.layer_q4_1(
                 h, _f32(w.attn_norm), _f32(w.ffn_norm), eps, *m[0], *m[1], *m[2], *m[3],
-                k_all[i], v_all[i], slots, positions, freq, tables, first_tok, n_tok, ctx, scale, Hq, Hkv, F)
+                k_all[i], v_all[i], slots, positions, freq, tables, first_tok, n_tok, ctx, scale, Hq, Hkv, F,
+                LAYER_SPLIT_MIN_WORK if self.parallel else cpu_layer_q8.NO_SPLIT)
         return torch.from_numpy(h)
 
     # ------------------------------------------------------------------ attention
@@ -245,7 +251,16 @@ def _version(t):
 PARALLEL_MIN_WORK = 1 << 23
 """Multiply-adds (M N K for a linear, T Hq Dh max-context for attention) below which a launch of a
 parallel backend runs on the calling thread: with SmolLM2 at M = 1..4 only the head (49152 x 576)
-splits; prefill launches all do."""
+splits; prefill launches all do. The fused q8 layer (`llama_layers`) applies it to attention only:
+its linears split from LAYER_SPLIT_MIN_WORK."""
+
+
+LAYER_SPLIT_MIN_WORK = 3 << 18
+"""Multiply-adds from which a linear inside the fused q8 layer of a parallel backend splits its
+panels over numba's threads (`cpu_layer_q8`: one parallel region, a few microseconds, not a
+Python launch). Measured at M = 1 on the shared cores (load ~4, weights hot): gate_up (1.8 M)
+22.5 -> 15.0 us split, down (0.88 M) 15.2 -> 12.8 us, qkv (0.55 M) 8.1 -> 10.1 us: 786432 splits the
+first two at decode and all four from M = 2 (a verify step)."""
 
 
 def _split(parallel: bool, work: int) -> bool:

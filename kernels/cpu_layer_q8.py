@@ -24,8 +24,17 @@ docstring states its order.
 
 Scope: the four matrices of the layer Q4_1 (SmolLM2's GGUF), fp32 norms, fp32 KV cache; the
 backend (`cpu_backend.InvariantBackend.llama_layers`) takes the generic path for anything else,
-and for launches a parallel backend would split over threads (`PARALLEL_MIN_WORK`): here every
-launch runs on the calling thread.
+and, on a parallel backend, for an attention launch it would split over threads
+(`PARALLEL_MIN_WORK`: prefill).
+
+Threads: with `split_min_work` below NO_SPLIT, each of the four linears of at least that many
+multiply-adds (M N K) runs as `cpu_linear_q8._q4_1_parallel` (one parallel region a linear: x
+quantised on the calling thread, then the weight's 32-column panels spread over numba's threads);
+everything else stays on the calling thread. A panel's columns are
+computed by the same `_panel_q4_1` code whichever thread runs it, in the order the docstring of
+`cpu_linear_q8` states, so the layer's bits do not depend on `split` or on the thread count
+(`tests/test_kernels_q8.py` compares 1 and 2 threads bit for bit). Issue 30: at M = 1..4 this is
+what lets a 2-thread decode use its second thread on the layers, not only on the head.
 """
 
 from __future__ import annotations
@@ -37,7 +46,7 @@ from . import cpu_attention, cpu_common, cpu_intdot, cpu_linear_q8, cpu_rms_norm
 from .cpu_attention import _attention_serial
 from .cpu_common import JIT, drop_stale_cache
 from .cpu_intdot import PANEL_N
-from .cpu_linear_q8 import _q4_1_serial
+from .cpu_linear_q8 import _q4_1_parallel, _q4_1_serial
 from .cpu_rms_norm import _rms_norm
 from .cpu_rotary import _rotary
 from .cpu_silu_mul import _silu_mul
@@ -56,20 +65,42 @@ def _linear(x, nib, d, mn):
 
 
 @njit(**JIT)
+def _linear_split(x, nib, d, mn):
+    """`_linear` with the panels spread over numba's threads (`_q4_1_parallel`: the same bits)."""
+    out = np.empty((x.shape[0], nib.shape[0] * PANEL_N), np.float32)
+    _q4_1_parallel(x, nib, d, mn, out)
+    return out
+
+
+NO_SPLIT = 1 << 62
+"""`split_min_work` that keeps every linear of the layer on the calling thread."""
+
+
+@njit(**JIT)
+def _lin(x, nib, d, mn, split_min_work):
+    """`_linear`, or `_linear_split` when its multiply-adds M N K reach split_min_work."""
+    if x.shape[0] * nib.shape[0] * PANEL_N * x.shape[1] >= split_min_work:
+        return _linear_split(x, nib, d, mn)
+    return _linear(x, nib, d, mn)
+
+
+@njit(**JIT)
 def layer_q4_1(x, attn_norm, ffn_norm, eps,
                qkv_nib, qkv_d, qkv_m, o_nib, o_d, o_m, gu_nib, gu_d, gu_m, dn_nib, dn_d, dn_m,
                k_cache, v_cache, slots, positions, freq, block_tables, first_tok, n_tok, ctx_len, scale,
-               n_heads, n_kv_heads, ffn_dim):
+               n_heads, n_kv_heads, ffn_dim, split_min_work=NO_SPLIT):
     """x [T, D] float32 -> the layer's output [T, D] (a new array; x is not written). k_cache,
     v_cache [num_blocks, block_size, Hkv, Dh] float32 get the step's rows at `slots` (int64 [T]);
     positions int64 [T]; freq float64 [Dh/2] (`cpu_rotary.inv_freq`); block_tables int64 [B, *];
-    first_tok, n_tok, ctx_len int64 [B]; eps, scale float32."""
+    first_tok, n_tok, ctx_len int64 [B]; eps, scale float32; split_min_work: a linear of at least
+    that many multiply-adds spreads its panels over numba's threads (the same bits, module
+    docstring; NO_SPLIT: none does)."""
     n_tok_total, dim = x.shape
     block_size, head_dim = k_cache.shape[1], k_cache.shape[3]
     n_qk = n_heads + n_kv_heads
     h = np.empty_like(x)
     _rms_norm(x, attn_norm, eps, h)
-    qkv = _linear(h, qkv_nib, qkv_d, qkv_m)                                # [T, >= (Hq+2Hkv) Dh]
+    qkv = _lin(h, qkv_nib, qkv_d, qkv_m, split_min_work)                                # [T, >= (Hq+2Hkv) Dh]
     qk_in = np.empty((n_tok_total, n_qk, head_dim), np.float32)
     for t in range(n_tok_total):
         for i in range(n_qk):
@@ -90,16 +121,16 @@ def layer_q4_1(x, attn_norm, ffn_norm, eps,
                 v_cache[blk, slot, i, e] = qkv[t, (n_qk + i) * head_dim + e]
     a = np.empty_like(q)
     _attention_serial(q, k_cache, v_cache, block_tables, first_tok, n_tok, ctx_len, scale, a)
-    o = _linear(a.reshape((n_tok_total, n_heads * head_dim)), o_nib, o_d, o_m)
+    o = _lin(a.reshape((n_tok_total, n_heads * head_dim)), o_nib, o_d, o_m, split_min_work)
     x1 = np.empty_like(x)
     for t in range(n_tok_total):
         for c in range(dim):
             x1[t, c] = x[t, c] + o[t, c]
     _rms_norm(x1, ffn_norm, eps, h)
-    gu = _linear(h, gu_nib, gu_d, gu_m)                                    # [T, >= 2F]
+    gu = _lin(h, gu_nib, gu_d, gu_m, split_min_work)                                    # [T, >= 2F]
     act = np.empty((n_tok_total, ffn_dim), np.float32)
     _silu_mul(gu[:, :ffn_dim], gu[:, ffn_dim:2 * ffn_dim], act)
-    dn = _linear(act, dn_nib, dn_d, dn_m)
+    dn = _lin(act, dn_nib, dn_d, dn_m, split_min_work)
     for t in range(n_tok_total):
         for c in range(dim):
             x1[t, c] = x1[t, c] + dn[t, c]

@@ -378,6 +378,40 @@ def test_the_fused_q8_layer_gives_the_generic_forwards_bits_and_is_taken(monkeyp
         calls.clear()
 
 
+def test_the_fused_q8_layer_gives_the_same_bits_on_1_and_2_threads(monkeypatch):
+    """Issue 30: a parallel backend's fused layer splits its linears' panels over numba's threads
+    (here every linear: LAYER_SPLIT_MIN_WORK 0, passed on and counted) at decode and verify sizes;
+    every logits row of plain decode and of n-gram verify steps (4 rows) is the 1-thread serial
+    layer's bit for bit, and so are the tokens."""
+    import numba
+    from specverify.kernels import cpu_backend, cpu_layer_q8
+    from specverify.kernels.cpu_backend import InvariantBackend
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba has one thread on this host")
+    splits = []
+    fused_layer = cpu_layer_q8.layer_q4_1
+    monkeypatch.setattr(cpu_layer_q8, "layer_q4_1", lambda *a: splits.append((a[0].shape[0], a[-1])) or fused_layer(*a))
+    monkeypatch.setattr(cpu_backend, "LAYER_SPLIT_MIN_WORK", 0)
+    model = _q4_1_llama()
+    before = numba.get_num_threads()
+    try:
+        for spec, kappa in (("none", 0), ("ngram", 3)):
+            numba.set_num_threads(1)
+            want_t, want = _decode_logits(model, InvariantBackend(activations="q8"), spec, kappa)
+            assert splits and all(s == cpu_layer_q8.NO_SPLIT for _, s in splits)
+            splits.clear()
+            numba.set_num_threads(2)
+            got_t, got = _decode_logits(model, InvariantBackend(parallel=True, activations="q8"), spec, kappa)
+            assert got_t == want_t and set(got) == set(want)
+            assert all(torch.equal(got[key].view(torch.int32), want[key].view(torch.int32)) for key in want)
+            assert all(s == 0 for _, s in splits) and [t for t, _ in splits[:model.config.n_layers]] == [25, 25]
+            decode = [t for t, _ in splits[model.config.n_layers:]]            # after the prefill (25 rows)
+            assert max(decode) > 2 if spec == "ngram" else set(decode) == {2}
+            splits.clear()
+    finally:
+        numba.set_num_threads(before)
+
+
 def test_the_fused_layer_declines_what_it_does_not_cover(monkeypatch):
     """The fp32-activation variant, a Q8_0 matrix and a launch a parallel backend splits go the
     generic way (the fused call is never made) -- and give that way's bits."""
