@@ -47,7 +47,16 @@ def is_span_drafter(drafter) -> bool:
     return bool(getattr(drafter, "proposes_spans", False))
 
 
-class PromptLookupSpan(SpanDrafter):
+class _MaxNgramSpan(SpanDrafter):
+    """A prompt-lookup rule configured by its largest n-gram size (llama-cpp-python, transformers, OpenVINO)."""
+
+    def __init__(self, max_ngram_size: int = 2):
+        if int(max_ngram_size) < 1:
+            raise InputError(f"max_ngram_size {max_ngram_size}: must be >= 1")
+        self.max_ngram_size = int(max_ngram_size)
+
+
+class PromptLookupSpan(_MaxNgramSpan):
     """llama-cpp-python's prompt lookup (`LlamaPromptLookupDecoding(max_ngram_size, num_pred_tokens=kappa)`).
 
     For n = min(max_ngram_size, len(seq) - 1) down to 1: the last n tokens are the pattern; the windows of
@@ -59,11 +68,6 @@ class PromptLookupSpan(SpanDrafter):
     Worked example (max_ngram_size 2, kappa 3): after (2, 1, 0, 3, 2, 1, 3, 3, 2, 1) the pattern (2, 1)
     first occurs at 0: the span is (0, 3, 2). After (1, 2, 3) no n matches: (). After (1, 1), n = 1 finds
     (1) at 0: the span is (1,) -- cut at the end of the sequence."""
-
-    def __init__(self, max_ngram_size: int = 2):
-        if int(max_ngram_size) < 1:
-            raise InputError(f"max_ngram_size {max_ngram_size}: must be >= 1")
-        self.max_ngram_size = int(max_ngram_size)
 
     def propose(self, prefix, kappa: int) -> tuple:
         seq = tuple(int(t) for t in prefix)
@@ -160,7 +164,7 @@ class HFPromptLookupSpan(PromptLookupSpan):
     the span is (2, 0, 1). After (2, 2) n = 1: (2) at 0, the span (2,). After (0, 1) nothing: ()."""
 
 
-class OVPromptLookupSpan(SpanDrafter):
+class OVPromptLookupSpan(_MaxNgramSpan):
     """OpenVINO GenAI's prompt lookup (properties {"prompt_lookup": True}, GenerationConfig
     num_assistant_tokens = kappa, max_ngram_size = n; `generate_candidates` in
     src/cpp/src/prompt_lookup/continuous_batching_for_prompt_lookup.cpp).
@@ -182,11 +186,6 @@ class OVPromptLookupSpan(SpanDrafter):
     after (1, 2, 1, 2) with max_ngram_size 4, n = 2 here, (1, 2) at 0, span (1, 2); transformers' rule
     tries n = 3 first, finds nothing, then n = 2: the same. After (1, 1, 1) with max_ngram_size 3: n = 1
     here ((1) at 0, span (1, 1)), n = 2 in transformers' ((1, 1) at 0, span (1,))."""
-
-    def __init__(self, max_ngram_size: int = 2):
-        if int(max_ngram_size) < 1:
-            raise InputError(f"max_ngram_size {max_ngram_size}: must be >= 1")
-        self.max_ngram_size = int(max_ngram_size)
 
     def propose(self, prefix, kappa: int) -> tuple:
         seq = tuple(int(t) for t in prefix)
