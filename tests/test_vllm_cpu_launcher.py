@@ -99,3 +99,25 @@ def test_driver_refuses_unknown_checks_and_specs_before_any_work(tmp_path):
     with pytest.raises(InputError, match="only ngram"):
         driver.main([sys.executable, str(out), "--model", "smollm2", "--specs", "ngram,draft"])
     assert not out.exists()
+
+
+def test_preemption_probe_reads_vllms_counter_and_refuses_bad_sizes(tmp_path):
+    from specverify.findings import vllm_cpu_preemption_probe as probe
+
+    text = ("# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.\n"
+            "# TYPE vllm:num_preemptions_total counter\n"
+            'vllm:num_preemptions_total{engine="0",model_name="m"} 7.0\n'
+            'vllm:num_preemptions_created{engine="0",model_name="m"} 1.7e9\n'
+            'vllm:request_num_preemptions_count{engine="0"} 3.0\n')
+
+    class Client:
+        def get(self, url):
+            assert url == "http://127.0.0.1:9/metrics"
+            return type("R", (), {"text": text})()
+
+    assert probe.preemptions(Client(), "http://127.0.0.1:9/v1") == 7.0
+    out = tmp_path / "out"
+    for bad in (["--sizes", "12,x"], ["--sizes", "0"], ["--wave", "0"], ["--kv-blocks", "0"]):
+        with pytest.raises(InputError):
+            probe.main([sys.executable, "model", str(out), *bad])
+    assert not out.exists()
