@@ -161,8 +161,8 @@ def main(argv=None) -> int:
         raise InputError(f"--checks {args.checks!r}: choose from {', '.join(CHECKS)}")
     if PREEMPTION in checks and checks != [PREEMPTION]:
         raise InputError(f"--checks {args.checks!r}: {PREEMPTION} runs alone (two rows, not an audit)")
-    one = ((lambda url, plain_url, path: rows_one(prepare, write_json, url, args, path)) if checks == [PREEMPTION]
-           else (lambda url, plain_url, path: audit_one(prepare, write_json, url, plain_url, args, checks, path)))
+    run_rows = ((lambda url, plain_url, path: rows_one(prepare, write_json, url, args, path)) if checks == [PREEMPTION]
+             else (lambda url, plain_url, path: audit_one(prepare, write_json, url, plain_url, args, checks, path)))
     out = Path(args.out)
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -191,7 +191,7 @@ def main(argv=None) -> int:
         together = {name: start(everything, LAUNCHER, args.python, model, spec_text[name], logs, name, extra)
                     for name in (specs if args.together else ())}
         if args.plain_alone:
-            summary["plain_alone"] = one(plain.url, None, out / "plain-alone.json")
+            summary["plain_alone"] = run_rows(plain.url, None, out / "plain-alone.json")
             print(f"plain alone: {summary['plain_alone'].get('verdict', summary['plain_alone'].get('error'))}", flush=True)
             write_json(str(out / "summary.json"), summary)
         for name in specs:
@@ -202,7 +202,7 @@ def main(argv=None) -> int:
                     print(f"{name}: error {run['error']}", flush=True)
                 else:
                     print(f"{name} server ready: {server.url}", flush=True)
-                    run.update(one(server.url, plain.url, out / f"{name}.json"))
+                    run.update(run_rows(server.url, plain.url, out / f"{name}.json"))
                     print(f"{name}: {run.get('verdict', run.get('error'))}", flush=True)
             summary["runs"].append(run)
             write_json(str(out / "summary.json"), summary)
