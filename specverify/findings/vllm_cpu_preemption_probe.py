@@ -7,7 +7,10 @@ Starts one server (`launched()`: 127.0.0.1, a free port, reaped; its log in OUT/
 `vllm_cpu_server.server_extra(block_size, kv_blocks)`, then for each size S in --sizes sends ONE
 completions request with --wave token-id prompts of --prompt-tokens tokens, max_tokens S, T=0, and reads
 vLLM's `vllm:num_preemptions_total` (GET /metrics) before and after. Writes OUT/probe.json and prints
-one line a wave. The control for the preemption rows (`checks.serving`): their requests (a prompt of 6
+one line a wave. Each prompt is also sent alone (one at a time, before its wave) at T=0, and its token ids
+alone are compared with its ids in the wave (`equal_alone`: how many of the wave's requests match; a
+server whose greedy output is batch-invariant, as the plain server's is in `server.needle`, gives all).
+The control for the preemption rows (`checks.serving`): their requests (a prompt of 6
 tokens and 12 more; 11 and 4 more) against requests that need a second KV block while they decode.
 """
 
@@ -28,6 +31,13 @@ def preemptions(client, base: str) -> float:
     """vLLM's preemption counter, summed over its samples."""
     text = client.get(base.removesuffix("/v1") + "/metrics").text
     return sum(float(v) for v in METRIC.findall(text))
+
+
+def complete(client, base: str, model: str, prompts: list, size: int) -> list:
+    """Greedy token ids of one completions request with `prompts` (vLLM's return_token_ids), in order."""
+    body = client.post(base + "/completions", json=dict(model=model, prompt=prompts, max_tokens=size,
+                                                       temperature=0.0, return_token_ids=True)).json()
+    return [c.get("token_ids") for c in sorted(body["choices"], key=lambda c: c["index"])]
 
 
 def main(argv=None) -> int:
@@ -66,19 +76,25 @@ def main(argv=None) -> int:
         model = client.get(server.url + "/models").json()["data"][0]["id"]
         for size in sizes:
             prompts = [[(i + j) % 4 for j in range(args.prompt_tokens)] for i in range(args.wave)]
+            alone = [complete(client, server.url, model, [q], size)[0] for q in prompts]
             before = preemptions(client, server.url)
             t0 = time.monotonic()
             body = client.post(server.url + "/completions", json=dict(model=model, prompt=prompts, max_tokens=size,
-                                                                      temperature=0.0)).json()
+                                                                      temperature=0.0, return_token_ids=True)).json()
             seconds = time.monotonic() - t0
             after = preemptions(client, server.url)
             got = sorted({c["finish_reason"] for c in body.get("choices", [])})
+            crowd = [c.get("token_ids") for c in sorted(body.get("choices", []), key=lambda c: c["index"])]
+            differ = [i for i, (a, b) in enumerate(zip(alone, crowd)) if a != b]
             wave = dict(max_tokens=size, prompt_tokens=args.prompt_tokens, requests=args.wave,
                         preemptions=after - before, seconds=round(seconds, 2), finish_reasons=got,
+                        equal_alone=len(crowd) - len(differ), differ=[dict(request=i, alone=alone[i], wave=crowd[i])
+                                                                      for i in differ[:3]],
                         error=body.get("error") if "choices" not in body else None)
             record["waves"].append(wave)
             print(f"{args.spec}: {args.wave} x ({args.prompt_tokens} + {size} tokens), blocks of {args.block_size} x "
-                  f"{args.kv_blocks}: {after - before:g} preemptions in {seconds:.1f} s", flush=True)
+                  f"{args.kv_blocks}: {after - before:g} preemptions in {seconds:.1f} s; ids equal alone: "
+                  f"{len(crowd) - len(differ)} of {len(crowd)}", flush=True)
     write_json(str(out / "probe.json"), record)
     return 0
 
