@@ -154,6 +154,20 @@ class RunAcceptanceLaw:
     def index(self) -> dict:
         return {t: j for j, t in enumerate(self.traces)}
 
+    def counts(self, runs) -> tuple:
+        """(counts over `traces`, how many runs have a trace of probability 0) for observed run traces,
+        each a sequence of (drafted, accepted) per verify step."""
+        index = self.index()
+        out = np.zeros(len(self.traces), np.int64)
+        impossible = 0
+        for run in runs:
+            j = index.get(tuple(tuple(int(x) for x in step) for step in run))
+            if j is None:
+                impossible += 1
+            else:
+                out[j] += 1
+        return out, impossible
+
     def accepted(self) -> np.ndarray:
         """A of each trace: int [len(traces)]."""
         return np.array([sum(m for _, m in t) for t in self.traces], np.int64)

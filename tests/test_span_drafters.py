@@ -107,13 +107,7 @@ def target():
 
 def mc_counts(engine, law, seed: int, transform):
     _, info = engine.generate(target(), None, PROMPT, KAPPA, transform, seed, RUNS, LENGTH)
-    runs = [tuple(tuple(s) for s in t) for t in info["verify_counts"]]
-    index = law.index()
-    impossible = sum(1 for t in runs if t not in index)
-    counts = np.zeros(len(law.traces), np.int64)
-    for t, c in Counter(runs).items():
-        if t in index:
-            counts[index[t]] = c
+    counts, impossible = law.counts(info["verify_counts"])
     return counts, impossible, info
 
 

@@ -49,7 +49,6 @@ Budget (`--samples`): max(2000, samples // 10) whole runs (engine.acceptance_gre
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -158,9 +157,7 @@ def trace_row(name: str, traces, law: law_mod.RunAcceptanceLaw, seconds: float, 
                                   f"probability 0 under schedule {law.schedule!r} ({len(bad)} of {n} runs); {describe(acc)}",
                            data={"impossible_example": [list(s) for s in bad[0]], "impossible_count": len(bad),
                                  "acceptance": {**acc, "direction": None}})
-    counts = np.zeros(len(law.traces), np.int64)
-    for t, c in Counter(runs).items():
-        counts[index[t]] = c
+    counts, _ = law.counts(runs)
     res = stats.pearson(counts, law.probs, alpha=ctx.alpha, min_expected=ctx.min_expected)
     return CheckResult(name, PASS, statistic=res.statistic, p_value=res.p_value, dof=res.dof, n=n, seconds=seconds,
                        detail=f"{len(law.traces)} traces in {res.cells} cells, {res.p_value_method} p-value; {describe(acc)}",
