@@ -10,8 +10,6 @@ Without llama_cpp the engine tests skip with the install hint, and the audit exi
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
 
@@ -117,14 +115,8 @@ def test_llamacpp_ids_read_from_the_cut_text_fail_the_stop_row():
     assert row.verdict == "fail" and "plain decode keeps" in row.detail, row.detail
 
 
-def test_audit_without_llama_cpp_exits_2_with_the_install_hint():
-    if installed.available("llama_cpp"):
-        pytest.skip("llama_cpp is installed here: the not-installed path cannot be shown")
-    proc = subprocess.run([sys.executable, "-m", "specverify", "audit", "llamacpp-serving"], capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "not installed" in lines[0] and "install_llamacpp.sh" in lines[0], proc.stderr
+def test_audit_without_llama_cpp_exits_2_with_the_install_hint(audit_needs_install):
+    audit_needs_install('llama_cpp', 'llamacpp-serving', 'install_llamacpp.sh')
 
 
 class _Scored(_Pieces):

